@@ -1,0 +1,58 @@
+# Arona developer commands. Every target bootstraps itself: it needs only Python 3.11+
+# and pip. If `uv` is not on PATH it is installed into .tools/ first.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/.tools/bin/uv)
+RUN := $(UV) run --frozen
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(CURDIR)/.tools/bin/uv:
+	$(PYTHON) -m venv $(CURDIR)/.tools
+	$(CURDIR)/.tools/bin/pip install --quiet --disable-pip-version-check uv
+
+.venv/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen
+	@touch $@
+
+.PHONY: install
+install: .venv/.synced ## Install the project and dev tools into .venv (uv sync)
+
+.PHONY: demo
+demo: install ## First run: SQLite + in-memory state on 127.0.0.1:8420 with demo credentials
+	$(RUN) arona demo
+
+.PHONY: serve
+serve: install ## Serve with the configured ARONA_* settings (run `make migrate` first)
+	$(RUN) arona serve
+
+.PHONY: migrate
+migrate: install ## Apply database migrations to ARONA_DATABASE_URL
+	$(RUN) arona migrate
+
+.PHONY: test
+test: install ## Run the whole suite (needs PostgreSQL and Redis on localhost)
+	$(RUN) pytest
+
+.PHONY: check
+check: install ## Lint, format check and type check
+	$(RUN) ruff check app tests migrations bench
+	$(RUN) ruff format --check app tests migrations bench
+	$(RUN) mypy app tests bench
+
+.PHONY: format
+format: install ## Apply ruff formatting and safe fixes
+	$(RUN) ruff format app tests migrations bench
+	$(RUN) ruff check --fix app tests migrations bench
+
+.PHONY: bench
+bench: install ## Benchmarks (print figures; filled in by the benchmark step)
+	$(RUN) python -m bench
+
+.PHONY: clean
+clean: ## Remove local caches and the demo data dir
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .arona

@@ -1,0 +1,183 @@
+"""The ``arona`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import replace
+
+import click
+
+from app import __version__
+from app.lib.settings import Settings, SettingsError, load_settings
+
+
+def _settings(**overrides: object) -> Settings:
+    try:
+        return load_settings(None, **overrides)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _check_ready_to_serve(settings: Settings) -> None:
+    from app.db.config import build_db_config
+    from app.db.migrate import DatabaseNotMigratedError, ensure_migrated
+
+    try:
+        settings.validate()
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+    async def check() -> None:
+        engine = build_db_config(settings).get_engine()
+        try:
+            await ensure_migrated(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(check())
+    except DatabaseNotMigratedError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _serve(settings: Settings) -> None:
+    import uvicorn
+
+    from app.server.app import create_app
+
+    _check_ready_to_serve(settings)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,
+    )
+
+
+@click.group()
+def main() -> None:
+    """Arona: a multi-tenant control plane for LLM traffic."""
+
+
+@main.command()
+@click.option("--host", default=None, help="Bind address (default ARONA_HOST or 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port (default ARONA_PORT or 8420).")
+def serve(host: str | None, port: int | None) -> None:
+    """Serve the control plane (the database must be migrated first)."""
+    overrides: dict[str, object] = {}
+    if host is not None:
+        overrides["host"] = host
+    if port is not None:
+        overrides["port"] = port
+    _serve(_settings(**overrides))
+
+
+@main.command()
+def migrate() -> None:
+    """Apply every database migration (Alembic upgrade head)."""
+    from app.db.migrate import head_revision, upgrade
+
+    settings = _settings()
+    upgrade(settings)
+    click.echo(f"database is at revision {head_revision()}")
+
+
+@main.command("create-admin")
+@click.argument("email")
+@click.option("--name", default="", help="Display name.")
+@click.option(
+    "--password-stdin", is_flag=True, help="Read the password from standard input, not a prompt."
+)
+def create_admin_command(email: str, name: str, password_stdin: bool) -> None:
+    """Create a platform admin (or promote an existing user)."""
+    from app.bootstrap import create_admin
+    from app.db.config import build_db_config
+    from app.lib.passwords import PasswordHasher
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if len(password) < 8:
+        raise click.ClickException("the password must be at least 8 characters")
+    settings = _settings()
+    _check_ready_to_serve(replace(settings, jwt_secret=settings.jwt_secret or "x" * 32))
+
+    async def run() -> tuple[str, bool]:
+        db_config = build_db_config(settings)
+        hasher = PasswordHasher()
+        try:
+            user, created = await create_admin(
+                db_config, hasher, email=email, password=password, name=name
+            )
+            return user.email, created
+        finally:
+            hasher.close()
+            await db_config.get_engine().dispose()
+
+    try:
+        address, created = asyncio.run(run())
+    except Exception as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{'created' if created else 'promoted'} admin {address}")
+
+
+@main.command()
+@click.option("--port", type=int, default=None, help="Port (default 8420).")
+def demo(port: int | None) -> None:
+    """First run: embedded SQLite + in-memory state, a demo admin, project and API key."""
+    from app.bootstrap import ensure_demo, load_demo_secrets
+    from app.db.migrate import upgrade
+    from app.lib.passwords import PasswordHasher
+    from app.lib.settings import parse_vault_keys
+
+    base = _settings()
+    data_dir = base.data_dir
+    stored = load_demo_secrets(data_dir)
+    database_url = base.database_url
+    if database_url == Settings().database_url:
+        database_url = f"sqlite+aiosqlite:///{(data_dir / 'arona.db').resolve()}"
+    settings = replace(
+        base,
+        demo=True,
+        database_url=database_url,
+        jwt_secret=base.jwt_secret or stored["jwt_secret"],
+        vault_keys=base.vault_keys or parse_vault_keys(stored["vault_keys"]),
+        host=base.host,
+        port=port if port is not None else base.port,
+    )
+    upgrade(settings)
+    hasher = PasswordHasher()
+    try:
+        creds = asyncio.run(ensure_demo(settings, hasher))
+    finally:
+        hasher.close()
+    url = f"http://{settings.host}:{settings.port}"
+    click.echo(
+        "\n".join(
+            [
+                "",
+                "Arona demo (embedded SQLite + in-memory state)",
+                f"  API            {url}/api  (docs: {url}/api/docs)",
+                f"  health         {url}/healthz",
+                f"  admin login    {creds.admin_email} / {creds.admin_password}",
+                f"  demo project   {creds.project_id}",
+                f"  demo API key   {creds.api_key}",
+                "",
+                f"  try: curl -H 'Authorization: Bearer {creds.api_key}' "
+                f"{url}/api/projects/{creds.project_id}",
+                "",
+            ]
+        )
+    )
+    _serve(settings)
+
+
+@main.command()
+def version() -> None:
+    """Print the version."""
+    click.echo(__version__)

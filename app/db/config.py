@@ -1,0 +1,64 @@
+"""Database wiring: the advanced-alchemy config built from settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from advanced_alchemy.extensions.litestar import (
+    AlembicAsyncConfig,
+    AsyncSessionConfig,
+    EngineConfig,
+    SQLAlchemyAsyncConfig,
+)
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.lib.settings import Settings
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+VERSION_TABLE = "alembic_version"
+
+
+def _engine_config(settings: Settings) -> EngineConfig:
+    if settings.is_sqlite:
+        # One file, many coroutines: a generous busy timeout turns lock contention
+        # into a short wait instead of "database is locked".
+        return EngineConfig(connect_args={"timeout": 30})
+    return EngineConfig(
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+    )
+
+
+def build_db_config(settings: Settings) -> SQLAlchemyAsyncConfig:
+    return SQLAlchemyAsyncConfig(
+        connection_string=settings.database_url,
+        engine_config=_engine_config(settings),
+        session_config=AsyncSessionConfig(expire_on_commit=False),
+        before_send_handler="autocommit",
+        create_all=False,
+        alembic_config=AlembicAsyncConfig(
+            script_location=str(MIGRATIONS_DIR),
+            version_table_name=VERSION_TABLE,
+            script_config=str(MIGRATIONS_DIR / "alembic.ini"),
+            render_as_batch=True,
+            compare_type=True,
+        ),
+    )
+
+
+def install_sqlite_pragmas(engine: AsyncEngine) -> None:
+    """SQLite ignores foreign keys unless asked, and WAL lets readers run beside a writer."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()

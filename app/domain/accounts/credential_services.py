@@ -1,0 +1,130 @@
+"""Project API keys and runtime tokens: issue, list, revoke."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from uuid import UUID, uuid4
+
+from advanced_alchemy.filters import LimitOffset, OrderBy
+from advanced_alchemy.repository import SQLAlchemyAsyncRepository
+from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
+
+from app.db.models import ApiKey, RuntimeToken
+from app.domain.accounts.services import RUNTIME_AUDIENCE
+from app.lib.clock import utcnow
+from app.lib.errors import NotFoundError
+from app.lib.hashing import random_secret, sha256_hex
+from app.lib.tokens import IssuedToken, TokenService
+
+API_KEY_PREFIX = "ak-"
+DISPLAY_PREFIX_LENGTH = 10
+
+
+class ApiKeyService(SQLAlchemyAsyncRepositoryService[ApiKey]):
+    class Repo(SQLAlchemyAsyncRepository[ApiKey]):
+        model_type = ApiKey
+
+    repository_type = Repo
+
+    async def issue(
+        self, *, project_id: UUID, name: str, created_by: UUID | None
+    ) -> tuple[ApiKey, str]:
+        """Create a key; the plaintext is returned once and never stored."""
+        secret = random_secret(API_KEY_PREFIX)
+        row = await self.create(
+            ApiKey(
+                project_id=project_id,
+                name=name,
+                prefix=secret[:DISPLAY_PREFIX_LENGTH],
+                key_hash=sha256_hex(secret),
+                created_by_id=created_by,
+            ),
+            auto_commit=True,
+        )
+        return row, secret
+
+    async def page(self, project_id: UUID, limit: int, offset: int) -> tuple[Sequence[ApiKey], int]:
+        return await self.get_many_and_count(
+            ApiKey.project_id == project_id,
+            OrderBy(field_name="created_at", sort_order="desc"),
+            LimitOffset(limit=limit, offset=offset),
+        )
+
+    async def get_in_project(self, project_id: UUID, key_id: UUID) -> ApiKey:
+        row = await self.get_one_or_none(ApiKey.project_id == project_id, ApiKey.id == key_id)
+        if row is None:
+            raise NotFoundError("API key not found", code="api_key_not_found")
+        return row
+
+    async def revoke(self, project_id: UUID, key_id: UUID) -> ApiKey:
+        row = await self.get_in_project(project_id, key_id)
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
+            row = await self.update(row, auto_commit=True)
+        return row
+
+
+class RuntimeTokenService(SQLAlchemyAsyncRepositoryService[RuntimeToken]):
+    class Repo(SQLAlchemyAsyncRepository[RuntimeToken]):
+        model_type = RuntimeToken
+
+    repository_type = Repo
+
+    async def issue(
+        self,
+        *,
+        tokens: TokenService,
+        project_id: UUID,
+        name: str,
+        ttl_seconds: int,
+        created_by: UUID | None,
+    ) -> tuple[RuntimeToken, IssuedToken]:
+        token_id = uuid4()
+        issued = tokens.issue(
+            subject=str(project_id),
+            audience=RUNTIME_AUDIENCE,
+            ttl_seconds=ttl_seconds,
+            claims={"pid": str(project_id)},
+            jti=str(token_id),
+        )
+        row = await self.create(
+            RuntimeToken(
+                id=token_id,
+                project_id=project_id,
+                name=name,
+                expires_at=issued.expires_at,
+                created_by_id=created_by,
+            ),
+            auto_commit=True,
+        )
+        return row, issued
+
+    async def page(
+        self, project_id: UUID, limit: int, offset: int
+    ) -> tuple[Sequence[RuntimeToken], int]:
+        return await self.get_many_and_count(
+            RuntimeToken.project_id == project_id,
+            OrderBy(field_name="created_at", sort_order="desc"),
+            LimitOffset(limit=limit, offset=offset),
+        )
+
+    async def revoke(self, project_id: UUID, token_id: UUID) -> RuntimeToken:
+        row = await self.get_one_or_none(
+            RuntimeToken.project_id == project_id, RuntimeToken.id == token_id
+        )
+        if row is None:
+            raise NotFoundError("runtime token not found", code="runtime_token_not_found")
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
+            row = await self.update(row, auto_commit=True)
+        return row
+
+    async def revoked_unexpired(self) -> Sequence[RuntimeToken]:
+        return await self.get_many(
+            RuntimeToken.revoked_at.is_not(None), RuntimeToken.expires_at > utcnow()
+        )
+
+
+def expires_epoch(moment: datetime.datetime) -> float:
+    return moment.timestamp()

@@ -1,0 +1,101 @@
+"""In-process index of active API keys, so authentication needs no database query.
+
+Every active key's hash is held in memory (loaded at start-up, kept current by
+events from whichever replica creates or revokes a key, and reloaded on an
+interval as a safety net). An unknown hash is rejected from memory. Because an
+event can be missed, a miss may fall through to the database, but only within a
+small global budget per second and never twice for the same hash within the
+negative-cache TTL: a flood of random keys costs a bounded number of queries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from uuid import UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveApiKey:
+    key_id: UUID
+    project_id: UUID
+
+
+KeyLoader = Callable[[], Awaitable[Iterable[tuple[str, ActiveApiKey]]]]
+KeyLookup = Callable[[str], Awaitable[ActiveApiKey | None]]
+
+
+class ApiKeyIndex:
+    def __init__(
+        self,
+        load_all: KeyLoader,
+        lookup_one: KeyLookup,
+        *,
+        negative_ttl: float = 5.0,
+        negative_capacity: int = 10_000,
+        miss_lookups_per_second: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._load_all = load_all
+        self._lookup_one = lookup_one
+        self._negative_ttl = negative_ttl
+        self._negative_capacity = negative_capacity
+        self._rate = miss_lookups_per_second
+        self._clock = clock
+        self._active: dict[str, ActiveApiKey] = {}
+        self._negative: OrderedDict[str, float] = OrderedDict()
+        self._tokens = miss_lookups_per_second
+        self._tokens_at = clock()
+        self.database_lookups = 0
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    async def reload(self) -> None:
+        self._active = dict(await self._load_all())
+        self._negative.clear()
+
+    def add(self, key_hash: str, key: ActiveApiKey) -> None:
+        self._active[key_hash] = key
+        self._negative.pop(key_hash, None)
+
+    def remove(self, key_hash: str) -> None:
+        self._active.pop(key_hash, None)
+
+    def remove_project(self, project_id: UUID) -> None:
+        for key_hash in [h for h, k in self._active.items() if k.project_id == project_id]:
+            del self._active[key_hash]
+
+    async def resolve(self, key_hash: str) -> ActiveApiKey | None:
+        found = self._active.get(key_hash)
+        if found is not None:
+            return found
+        now = self._clock()
+        expires = self._negative.get(key_hash)
+        if expires is not None and expires > now:
+            return None
+        if not self._take_lookup_token(now):
+            return None
+        self.database_lookups += 1
+        found = await self._lookup_one(key_hash)
+        if found is None:
+            self._remember_miss(key_hash, now)
+        else:
+            self._active[key_hash] = found
+        return found
+
+    def _take_lookup_token(self, now: float) -> bool:
+        self._tokens = min(self._rate, self._tokens + (now - self._tokens_at) * self._rate)
+        self._tokens_at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def _remember_miss(self, key_hash: str, now: float) -> None:
+        self._negative[key_hash] = now + self._negative_ttl
+        self._negative.move_to_end(key_hash)
+        while len(self._negative) > self._negative_capacity:
+            self._negative.popitem(last=False)

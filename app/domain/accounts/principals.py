@@ -1,0 +1,40 @@
+"""Who is calling: the principals that credentials resolve to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+
+class Principal:
+    """Base of every principal.
+
+    A plain base class rather than a ``Union``: handlers and dependencies annotate
+    ``Principal`` and narrow with ``isinstance``.
+    """
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UserPrincipal(Principal):
+    user_id: UUID
+    jti: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyPrincipal(Principal):
+    key_id: UUID
+    project_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimePrincipal(Principal):
+    token_id: UUID
+    project_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class AdminTokenPrincipal(Principal):
+    """The operator's static ``ARONA_ADMIN_TOKEN``: platform admin, no user behind it."""

@@ -1,0 +1,231 @@
+"""Users, login and rotating refresh tokens."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from uuid import UUID, uuid4
+
+from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
+from advanced_alchemy.repository import SQLAlchemyAsyncRepository
+from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
+from sqlalchemy import func, select, update
+
+from app.db.models import RefreshToken, User
+from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.schemas import TokenPair
+from app.lib.clock import utcnow
+from app.lib.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    PermissionDeniedError,
+    RateLimitedError,
+)
+from app.lib.hashing import random_secret, sha256_hex
+from app.lib.passwords import PasswordHasher
+from app.lib.settings import Settings
+from app.lib.state.base import StateStore
+from app.lib.tokens import TokenService
+
+ACCESS_AUDIENCE = "user"
+RUNTIME_AUDIENCE = "runtime"
+REFRESH_PREFIX = "rt-"
+INVALID_CREDENTIALS = "invalid email or password"
+
+
+def normalize_email(email: str) -> str:
+    value = email.strip().lower()
+    local, at, domain = value.partition("@")
+    if not at or not local or "." not in domain or " " in value:
+        raise BadRequestError("email is not a valid address", code="invalid_email", param="email")
+    return value
+
+
+class UserService(SQLAlchemyAsyncRepositoryService[User]):
+    class Repo(SQLAlchemyAsyncRepository[User]):
+        model_type = User
+
+    repository_type = Repo
+
+    async def get_by_email(self, email: str) -> User | None:
+        return await self.get_one_or_none(User.email == email)
+
+    async def count_users(self) -> int:
+        result = await self.repository.session.execute(select(func.count()).select_from(User))
+        return int(result.scalar_one())
+
+    async def create_user(
+        self, *, email: str, password_hash: str, name: str, is_admin: bool
+    ) -> User:
+        try:
+            return await self.create(
+                User(email=email, name=name, password_hash=password_hash, is_admin=is_admin),
+                auto_commit=True,
+            )
+        except (DuplicateKeyError, IntegrityError) as exc:
+            raise ConflictError(
+                "a user with this email already exists", code="email_taken", param="email"
+            ) from exc
+
+
+class RefreshTokenService(SQLAlchemyAsyncRepositoryService[RefreshToken]):
+    class Repo(SQLAlchemyAsyncRepository[RefreshToken]):
+        model_type = RefreshToken
+
+    repository_type = Repo
+
+    async def mint(self, user_id: UUID, family_id: UUID, ttl_seconds: int) -> str:
+        token = random_secret(REFRESH_PREFIX)
+        await self.create(
+            RefreshToken(
+                user_id=user_id,
+                family_id=family_id,
+                token_hash=sha256_hex(token),
+                expires_at=utcnow() + datetime.timedelta(seconds=ttl_seconds),
+            ),
+            auto_commit=True,
+        )
+        return token
+
+    async def spend(self, row_id: UUID) -> bool:
+        """Mark a link used; False when someone else already spent or revoked it.
+
+        A conditional UPDATE (not read-then-write) so two concurrent refreshes with
+        the same token cannot both succeed.
+        """
+        result = await self.repository.session.execute(
+            update(RefreshToken)
+            .where(
+                RefreshToken.id == row_id,
+                RefreshToken.used_at.is_(None),
+                RefreshToken.revoked_at.is_(None),
+            )
+            .values(used_at=utcnow(), updated_at=utcnow())
+        )
+        await self.repository.session.commit()
+        return bool(getattr(result, "rowcount", 0) == 1)
+
+    async def revoke_family(self, family_id: UUID) -> None:
+        await self.repository.session.execute(
+            update(RefreshToken)
+            .where(RefreshToken.family_id == family_id, RefreshToken.revoked_at.is_(None))
+            .values(revoked_at=utcnow(), updated_at=utcnow())
+        )
+        await self.repository.session.commit()
+
+
+@dataclass(slots=True)
+class AuthService:
+    """Registration, login, refresh and logout, composed from the row services."""
+
+    settings: Settings
+    users: UserService
+    refresh_tokens: RefreshTokenService
+    passwords: PasswordHasher
+    tokens: TokenService
+    revocations: RevocationList
+    state: StateStore
+
+    async def register(self, *, email: str, password: str, name: str) -> User:
+        if not self.settings.registration_open:
+            raise PermissionDeniedError("registration is closed", code="registration_closed")
+        normalized = normalize_email(email)
+        if await self.users.get_by_email(normalized) is not None:
+            raise ConflictError(
+                "a user with this email already exists", code="email_taken", param="email"
+            )
+        is_first = await self.users.count_users() == 0
+        password_hash = await self.passwords.hash(password)
+        return await self.users.create_user(
+            email=normalized, password_hash=password_hash, name=name.strip(), is_admin=is_first
+        )
+
+    async def login(self, *, email: str, password: str, client: str) -> TokenPair:
+        normalized = email.strip().lower()
+        await self._admit_login_attempt(normalized, client)
+        user = await self.users.get_by_email(normalized)
+        if user is None:
+            # Spend the same argon2 time as a real check: timing must not tell
+            # an attacker which emails have accounts.
+            await self.passwords.verify_dummy(password)
+            raise AuthenticationError(INVALID_CREDENTIALS, code="invalid_credentials")
+        if not await self.passwords.verify(user.password_hash, password):
+            raise AuthenticationError(INVALID_CREDENTIALS, code="invalid_credentials")
+        if user.disabled:
+            raise AuthenticationError("this account is disabled", code="account_disabled")
+        if self.passwords.needs_rehash(user.password_hash):
+            user.password_hash = await self.passwords.hash(password)
+            await self.users.update(user, auto_commit=True)
+        return await self._issue_pair(user.id, family_id=uuid4())
+
+    async def refresh(self, refresh_token: str) -> TokenPair:
+        row = await self.refresh_tokens.get_one_or_none(
+            RefreshToken.token_hash == sha256_hex(refresh_token)
+        )
+        if row is None:
+            raise AuthenticationError("refresh token is not valid", code="invalid_refresh_token")
+        if row.used_at is not None or row.revoked_at is not None:
+            await self._revoke_reused_family(row)
+        if row.expires_at <= utcnow():
+            raise AuthenticationError("refresh token has expired", code="refresh_token_expired")
+        if not await self.refresh_tokens.spend(row.id):
+            await self._revoke_reused_family(row)
+        user = await self.users.get_one_or_none(User.id == row.user_id)
+        if user is None or user.disabled:
+            await self.refresh_tokens.revoke_family(row.family_id)
+            raise AuthenticationError("this account is disabled", code="account_disabled")
+        return await self._issue_pair(user.id, family_id=row.family_id)
+
+    async def logout(
+        self, *, user_id: UUID, access_jti: str, access_expires: float, refresh_token: str | None
+    ) -> None:
+        await self.revocations.revoke(access_jti, access_expires)
+        if refresh_token is None:
+            return
+        row = await self.refresh_tokens.get_one_or_none(
+            RefreshToken.token_hash == sha256_hex(refresh_token)
+        )
+        # Someone else's refresh token is treated as unknown: no oracle, no effect.
+        if row is not None and row.user_id == user_id:
+            await self.refresh_tokens.revoke_family(row.family_id)
+
+    async def _revoke_reused_family(self, row: RefreshToken) -> None:
+        await self.refresh_tokens.revoke_family(row.family_id)
+        raise AuthenticationError(
+            "refresh token was already used; every session of this login is revoked",
+            code="refresh_token_reused",
+        )
+
+    async def _issue_pair(self, user_id: UUID, *, family_id: UUID) -> TokenPair:
+        access = self.tokens.issue(
+            subject=str(user_id),
+            audience=ACCESS_AUDIENCE,
+            ttl_seconds=self.settings.access_token_ttl_seconds,
+        )
+        refresh = await self.refresh_tokens.mint(
+            user_id, family_id, self.settings.refresh_token_ttl_seconds
+        )
+        return TokenPair(
+            access_token=access.token,
+            refresh_token=refresh,
+            expires_in=self.settings.access_token_ttl_seconds,
+            refresh_expires_in=self.settings.refresh_token_ttl_seconds,
+        )
+
+    async def _admit_login_attempt(self, email: str, client: str) -> None:
+        window = float(self.settings.login_window_seconds)
+        limit = self.settings.login_max_attempts
+        by_email = await self.state.admit(f"login:email:{sha256_hex(email)}", 1, limit, window)
+        if not by_email.allowed:
+            raise RateLimitedError(
+                "too many login attempts for this account; try again later",
+                retry_after=by_email.retry_after,
+            )
+        # One address may legitimately serve several people (NAT), so it gets more room.
+        by_client = await self.state.admit(f"login:client:{client}", 1, limit * 5, window)
+        if not by_client.allowed:
+            raise RateLimitedError(
+                "too many login attempts from this address; try again later",
+                retry_after=by_client.retry_after,
+            )

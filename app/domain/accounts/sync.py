@@ -1,0 +1,62 @@
+"""Keep every replica's API-key index current through the ``EventBus``."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import structlog
+
+from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex
+from app.lib.events.base import EventBus
+
+CHANNEL = "auth.api_keys"
+logger = structlog.get_logger()
+
+
+class ApiKeySync:
+    def __init__(self, index: ApiKeyIndex, bus: EventBus) -> None:
+        self._index = index
+        self._bus = bus
+
+    async def created(self, key_hash: str, key: ActiveApiKey) -> None:
+        self._index.add(key_hash, key)
+        await self._bus.publish(
+            CHANNEL,
+            {
+                "kind": "created",
+                "hash": key_hash,
+                "keyId": str(key.key_id),
+                "projectId": str(key.project_id),
+            },
+        )
+
+    async def revoked(self, key_hash: str) -> None:
+        self._index.remove(key_hash)
+        await self._bus.publish(CHANNEL, {"kind": "revoked", "hash": key_hash})
+
+    async def project_deleted(self, project_id: UUID) -> None:
+        self._index.remove_project(project_id)
+        await self._bus.publish(CHANNEL, {"kind": "project_deleted", "projectId": str(project_id)})
+
+    def apply(self, event: dict[str, object]) -> None:
+        """Apply an event from any replica (ours included: applying twice is harmless)."""
+        kind = event.get("kind")
+        try:
+            if kind == "created":
+                self._index.add(
+                    str(event["hash"]),
+                    ActiveApiKey(
+                        key_id=UUID(str(event["keyId"])), project_id=UUID(str(event["projectId"]))
+                    ),
+                )
+            elif kind == "revoked":
+                self._index.remove(str(event["hash"]))
+            elif kind == "project_deleted":
+                self._index.remove_project(UUID(str(event["projectId"])))
+        except (KeyError, ValueError):
+            logger.warning("ignoring malformed api key event", kind=kind)
+
+    async def run(self) -> None:
+        async with self._bus.subscribe(CHANNEL) as events:
+            async for event in events:
+                self.apply(event)

@@ -1,0 +1,169 @@
+"""Projects REST API: the project's API keys and runtime tokens."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from litestar import Controller, delete, get, post
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
+from app.domain.accounts.keyring import ActiveApiKey
+from app.domain.accounts.principals import Principal, UserPrincipal
+from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.sync import ApiKeySync
+from app.domain.projects.controllers import Limit, Offset
+from app.domain.projects.schemas import (
+    ApiKeyCreate,
+    ApiKeyCreated,
+    ApiKeyOut,
+    RuntimeTokenCreate,
+    RuntimeTokenCreated,
+    RuntimeTokenOut,
+)
+from app.domain.projects.services import ProjectService
+from app.lib.pagination import Page
+from app.lib.settings import Settings
+from app.lib.tokens import TokenService
+
+
+def _creator(principal: Principal) -> UUID | None:
+    return principal.user_id if isinstance(principal, UserPrincipal) else None
+
+
+class ApiKeyController(Controller):
+    path = "/api/projects/{project_id:uuid}/api-keys"
+    tags = ["projects"]
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create_key(
+        self,
+        project_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        api_keys_service: ApiKeyService,
+        api_key_sync: ApiKeySync,
+        data: ApiKeyCreate | None = None,
+    ) -> ApiKeyCreated:
+        access = await projects_service.access(principal, project_id)
+        access.require(access.can_manage_credentials, "create API keys")
+        row, secret = await api_keys_service.issue(
+            project_id=project_id, name=data.name if data else "", created_by=_creator(principal)
+        )
+        await api_key_sync.created(row.key_hash, ActiveApiKey(key_id=row.id, project_id=project_id))
+        return ApiKeyCreated(
+            id=row.id, name=row.name, prefix=row.prefix, key=secret, created_at=row.created_at
+        )
+
+    @get("/")
+    async def list_keys(
+        self,
+        project_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        api_keys_service: ApiKeyService,
+        limit: int = Limit,
+        offset: int = Offset,
+    ) -> Page[ApiKeyOut]:
+        await projects_service.access(principal, project_id)
+        rows, total = await api_keys_service.page(project_id, limit, offset)
+        items = [
+            ApiKeyOut(
+                id=r.id,
+                name=r.name,
+                prefix=r.prefix,
+                created_at=r.created_at,
+                last_used_at=r.last_used_at,
+                revoked_at=r.revoked_at,
+            )
+            for r in rows
+        ]
+        return Page(items=items, total=total, limit=limit, offset=offset)
+
+    @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    async def revoke_key(
+        self,
+        project_id: UUID,
+        key_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        api_keys_service: ApiKeyService,
+        api_key_sync: ApiKeySync,
+    ) -> None:
+        access = await projects_service.access(principal, project_id)
+        access.require(access.can_manage_credentials, "revoke API keys")
+        row = await api_keys_service.revoke(project_id, key_id)
+        await api_key_sync.revoked(row.key_hash)
+
+
+class RuntimeTokenController(Controller):
+    path = "/api/projects/{project_id:uuid}/runtime-tokens"
+    tags = ["projects"]
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create_token(
+        self,
+        project_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        runtime_tokens_service: RuntimeTokenService,
+        token_service: TokenService,
+        settings: Settings,
+        data: RuntimeTokenCreate | None = None,
+    ) -> RuntimeTokenCreated:
+        access = await projects_service.access(principal, project_id)
+        access.require(access.can_manage_credentials, "issue runtime tokens")
+        ttl = (data.expires_in_seconds if data else None) or settings.runtime_token_ttl_seconds
+        row, issued = await runtime_tokens_service.issue(
+            tokens=token_service,
+            project_id=project_id,
+            name=data.name if data else "",
+            ttl_seconds=ttl,
+            created_by=_creator(principal),
+        )
+        return RuntimeTokenCreated(
+            id=row.id,
+            name=row.name,
+            token=issued.token,
+            expires_at=row.expires_at,
+            created_at=row.created_at,
+        )
+
+    @get("/")
+    async def list_tokens(
+        self,
+        project_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        runtime_tokens_service: RuntimeTokenService,
+        limit: int = Limit,
+        offset: int = Offset,
+    ) -> Page[RuntimeTokenOut]:
+        await projects_service.access(principal, project_id)
+        rows, total = await runtime_tokens_service.page(project_id, limit, offset)
+        items = [
+            RuntimeTokenOut(
+                id=r.id,
+                name=r.name,
+                expires_at=r.expires_at,
+                created_at=r.created_at,
+                revoked_at=r.revoked_at,
+            )
+            for r in rows
+        ]
+        return Page(items=items, total=total, limit=limit, offset=offset)
+
+    @delete("/{token_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    async def revoke_token(
+        self,
+        project_id: UUID,
+        token_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        runtime_tokens_service: RuntimeTokenService,
+        revocations: RevocationList,
+    ) -> None:
+        access = await projects_service.access(principal, project_id)
+        access.require(access.can_manage_credentials, "revoke runtime tokens")
+        row = await runtime_tokens_service.revoke(project_id, token_id)
+        await revocations.revoke(str(row.id), row.expires_at.timestamp())

@@ -1,0 +1,214 @@
+"""Projects and their members, always filtered by who is asking."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+from uuid import UUID, uuid4
+
+from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
+from advanced_alchemy.filters import LimitOffset, OrderBy
+from advanced_alchemy.repository import SQLAlchemyAsyncRepository
+from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
+from sqlalchemy import func, select
+
+from app.db.models import Project, ProjectMember, User
+from app.domain.accounts.principals import (
+    AdminTokenPrincipal,
+    ApiKeyPrincipal,
+    Principal,
+    RuntimePrincipal,
+    UserPrincipal,
+)
+from app.lib.errors import ConflictError, NotFoundError, PermissionDeniedError
+
+AccessRole = Literal["admin", "owner", "member", "api_key"]
+PROJECT_NOT_FOUND = "project not found"
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectAccess:
+    """What the caller may do in one project.
+
+    Owners and platform admins manage everything; API keys (automation) manage the
+    project's credentials but not its settings or members; members read.
+    """
+
+    project: Project
+    role: AccessRole
+
+    @property
+    def can_manage_project(self) -> bool:
+        return self.role in ("admin", "owner")
+
+    @property
+    def can_manage_credentials(self) -> bool:
+        return self.role in ("admin", "owner", "api_key")
+
+    def require(self, allowed: bool, action: str) -> None:
+        if not allowed:
+            raise PermissionDeniedError(
+                f"your role ({self.role}) may not {action}", code="insufficient_role"
+            )
+
+
+def slugify(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
+    return slug or "project"
+
+
+class ProjectService(SQLAlchemyAsyncRepositoryService[Project]):
+    class Repo(SQLAlchemyAsyncRepository[Project]):
+        model_type = Project
+
+    repository_type = Repo
+
+    async def create_owned(self, *, name: str, slug: str | None, owner_id: UUID) -> Project:
+        chosen = slug or await self._free_slug(slugify(name))
+        if await self.exists(Project.slug == chosen):
+            raise ConflictError("this slug is taken", code="slug_taken", param="slug")
+        project = Project(id=uuid4(), name=name.strip(), slug=chosen, owner_id=owner_id)
+        session = self.repository.session
+        try:
+            session.add(project)
+            await session.flush()
+            session.add(ProjectMember(project_id=project.id, user_id=owner_id, role="owner"))
+            await session.commit()
+        except IntegrityError as exc:
+            await session.rollback()
+            raise ConflictError("this slug is taken", code="slug_taken", param="slug") from exc
+        return project
+
+    async def rename(self, project: Project, *, name: str | None, slug: str | None) -> Project:
+        if slug is not None and slug != project.slug:
+            if await self.exists(Project.slug == slug):
+                raise ConflictError("this slug is taken", code="slug_taken", param="slug")
+            project.slug = slug
+        if name is not None:
+            project.name = name.strip()
+        try:
+            return await self.update(project, auto_commit=True)
+        except (DuplicateKeyError, IntegrityError) as exc:
+            raise ConflictError("this slug is taken", code="slug_taken", param="slug") from exc
+
+    async def visible_page(
+        self, principal: Principal, limit: int, offset: int
+    ) -> tuple[Sequence[tuple[Project, AccessRole]], int]:
+        order = OrderBy(field_name="created_at", sort_order="desc")
+        page = LimitOffset(limit=limit, offset=offset)
+        if isinstance(principal, AdminTokenPrincipal) or await self._is_admin(principal):
+            projects, total = await self.get_many_and_count(order, page)
+            return [(p, "admin") for p in projects], total
+        if isinstance(principal, ApiKeyPrincipal):
+            projects, total = await self.get_many_and_count(
+                Project.id == principal.project_id, order, page
+            )
+            return [(p, "api_key") for p in projects], total
+        if isinstance(principal, UserPrincipal):
+            session = self.repository.session
+            base = (
+                select(Project, ProjectMember.role)
+                .join(ProjectMember, ProjectMember.project_id == Project.id)
+                .where(ProjectMember.user_id == principal.user_id)
+            )
+            total = (
+                await session.execute(select(func.count()).select_from(base.subquery()))
+            ).scalar_one()
+            rows = await session.execute(
+                base.order_by(Project.created_at.desc()).limit(limit).offset(offset)
+            )
+            return [(p, role) for p, role in rows.tuples()], int(total)
+        return [], 0
+
+    async def access(self, principal: Principal, project_id: UUID) -> ProjectAccess:
+        """The caller's access to a project; a project they cannot see is a 404."""
+        if isinstance(principal, RuntimePrincipal):
+            raise PermissionDeniedError(
+                "runtime tokens only reach the runtime API", code="runtime_token_not_allowed"
+            )
+        project = await self.get_one_or_none(Project.id == project_id)
+        if project is None:
+            raise NotFoundError(PROJECT_NOT_FOUND, code="project_not_found")
+        if isinstance(principal, AdminTokenPrincipal) or await self._is_admin(principal):
+            return ProjectAccess(project, "admin")
+        if isinstance(principal, ApiKeyPrincipal) and principal.project_id == project_id:
+            return ProjectAccess(project, "api_key")
+        if isinstance(principal, UserPrincipal):
+            role = await self.repository.session.scalar(
+                select(ProjectMember.role).where(
+                    ProjectMember.project_id == project_id,
+                    ProjectMember.user_id == principal.user_id,
+                )
+            )
+            if role in ("owner", "member"):
+                return ProjectAccess(project, role)
+        raise NotFoundError(PROJECT_NOT_FOUND, code="project_not_found")
+
+    async def _is_admin(self, principal: Principal) -> bool:
+        if not isinstance(principal, UserPrincipal):
+            return False
+        is_admin = await self.repository.session.scalar(
+            select(User.is_admin).where(User.id == principal.user_id, User.disabled.is_(False))
+        )
+        return bool(is_admin)
+
+    async def _free_slug(self, base: str) -> str:
+        candidate, n = base, 1
+        while await self.exists(Project.slug == candidate):
+            n += 1
+            suffix = f"-{n}"
+            candidate = base[: 64 - len(suffix)] + suffix
+        return candidate
+
+
+class ProjectMemberService(SQLAlchemyAsyncRepositoryService[ProjectMember]):
+    class Repo(SQLAlchemyAsyncRepository[ProjectMember]):
+        model_type = ProjectMember
+
+    repository_type = Repo
+
+    async def page(
+        self, project_id: UUID, limit: int, offset: int
+    ) -> tuple[Sequence[tuple[ProjectMember, User]], int]:
+        session = self.repository.session
+        total = await session.scalar(
+            select(func.count())
+            .select_from(ProjectMember)
+            .where(ProjectMember.project_id == project_id)
+        )
+        rows = await session.execute(
+            select(ProjectMember, User)
+            .join(User, User.id == ProjectMember.user_id)
+            .where(ProjectMember.project_id == project_id)
+            .order_by(ProjectMember.created_at)
+            .limit(limit)
+            .offset(offset)
+        )
+        return list(rows.tuples()), int(total or 0)
+
+    async def add(self, project_id: UUID, user: User, role: str) -> ProjectMember:
+        if await self.exists(
+            ProjectMember.project_id == project_id, ProjectMember.user_id == user.id
+        ):
+            raise ConflictError("this user is already a member", code="already_member")
+        try:
+            return await self.create(
+                ProjectMember(project_id=project_id, user_id=user.id, role=role), auto_commit=True
+            )
+        except (DuplicateKeyError, IntegrityError) as exc:
+            raise ConflictError("this user is already a member", code="already_member") from exc
+
+    async def remove(self, project: Project, user_id: UUID) -> None:
+        member = await self.get_one_or_none(
+            ProjectMember.project_id == project.id, ProjectMember.user_id == user_id
+        )
+        if member is None:
+            raise NotFoundError("member not found", code="member_not_found")
+        if user_id == project.owner_id:
+            raise ConflictError(
+                "the project's owner cannot be removed; delete the project instead",
+                code="owner_not_removable",
+            )
+        await self.delete(member.id, auto_commit=True)

@@ -1,0 +1,7 @@
+from __future__ import annotations
+
+import datetime
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)

@@ -1,0 +1,175 @@
+"""Process settings: the only module that reads the environment.
+
+Settings are read once into frozen dataclasses and handed to whatever needs them;
+nothing else in the code base calls ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+MIN_JWT_SECRET_LENGTH = 32
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./arona.db"
+DEFAULT_PORT = 8420
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message tells the operator which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class VaultKey:
+    kid: str
+    key: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str = DEFAULT_DATABASE_URL
+    redis_url: str | None = None
+    redis_prefix: str = "arona:"
+    jwt_secret: str = ""
+    vault_keys: tuple[VaultKey, ...] = ()
+    admin_token: str | None = None
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    cors_origins: tuple[str, ...] = ()
+    log_format: Literal["json", "console"] = "console"
+    log_level: str = "INFO"
+    registration_open: bool = False
+    demo: bool = False
+    data_dir: Path = field(default_factory=lambda: Path(".arona"))
+    access_token_ttl_seconds: int = 15 * 60
+    refresh_token_ttl_seconds: int = 30 * 24 * 3600
+    runtime_token_ttl_seconds: int = 90 * 24 * 3600
+    login_max_attempts: int = 10
+    login_window_seconds: int = 300
+    db_pool_size: int = 10
+    key_cache_ttl_seconds: float = 30.0
+    negative_key_cache_ttl_seconds: float = 5.0
+    last_used_flush_seconds: float = 10.0
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    def validate(self) -> None:
+        """Refuse to start on settings that would run insecurely or not at all."""
+        if len(self.jwt_secret) < MIN_JWT_SECRET_LENGTH:
+            what = "missing" if not self.jwt_secret else "too short"
+            raise SettingsError(
+                f"ARONA_JWT_SECRET is {what}: set it to at least {MIN_JWT_SECRET_LENGTH} "
+                "random characters (for example `python -c 'import secrets; "
+                "print(secrets.token_urlsafe(48))'`), or run `arona demo`."
+            )
+        if not self.vault_keys:
+            raise SettingsError(
+                "ARONA_VAULT_KEYS is empty: set it to `kid:base64-of-32-random-bytes` "
+                "(newest first, comma separated), or run `arona demo`."
+            )
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise SettingsError(f"{name} must be a boolean (true/false), got {raw!r}")
+
+
+def _parse_int(name: str, raw: str, minimum: int = 0) -> int:
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < minimum:
+        raise SettingsError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_vault_keys(raw: str) -> tuple[VaultKey, ...]:
+    """Parse ``kid:base64,kid:base64`` (newest first) into vault keys."""
+    keys: list[VaultKey] = []
+    seen: set[str] = set()
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        kid, sep, encoded = part.partition(":")
+        if not sep or not kid:
+            raise SettingsError("ARONA_VAULT_KEYS entries must look like `kid:base64-32-bytes`")
+        if kid in seen:
+            raise SettingsError(f"ARONA_VAULT_KEYS lists key id {kid!r} twice")
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except ValueError as exc:
+            raise SettingsError(f"ARONA_VAULT_KEYS key {kid!r} is not valid base64") from exc
+        if len(key) != 32:
+            raise SettingsError(
+                f"ARONA_VAULT_KEYS key {kid!r} must decode to 32 bytes, got {len(key)}"
+            )
+        seen.add(kid)
+        keys.append(VaultKey(kid=kid, key=key))
+    return tuple(keys)
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Build settings from the environment (or ``env``), then apply explicit overrides."""
+    source = os.environ if env is None else env
+
+    def get(name: str) -> str | None:
+        value = source.get(name)
+        return value if value not in (None, "") else None
+
+    values: dict[str, object] = {}
+    if (v := get("ARONA_DATABASE_URL")) is not None:
+        values["database_url"] = v
+    if (v := get("ARONA_REDIS_URL")) is not None:
+        values["redis_url"] = v
+    if (v := get("ARONA_REDIS_PREFIX")) is not None:
+        values["redis_prefix"] = v
+    if (v := get("ARONA_JWT_SECRET")) is not None:
+        values["jwt_secret"] = v
+    if (v := get("ARONA_VAULT_KEYS")) is not None:
+        values["vault_keys"] = parse_vault_keys(v)
+    if (v := get("ARONA_ADMIN_TOKEN")) is not None:
+        values["admin_token"] = v
+    if (v := get("ARONA_HOST")) is not None:
+        values["host"] = v
+    if (v := get("ARONA_PORT")) is not None:
+        values["port"] = _parse_int("ARONA_PORT", v, minimum=0)
+    if (v := get("ARONA_MAX_BODY_BYTES")) is not None:
+        values["max_body_bytes"] = _parse_int("ARONA_MAX_BODY_BYTES", v, minimum=1024)
+    if (v := get("ARONA_CORS_ORIGINS")) is not None:
+        values["cors_origins"] = tuple(o.strip() for o in v.split(",") if o.strip())
+    if (v := get("ARONA_LOG_FORMAT")) is not None:
+        if v not in ("json", "console"):
+            raise SettingsError(f"ARONA_LOG_FORMAT must be json or console, got {v!r}")
+        values["log_format"] = v
+    if (v := get("ARONA_LOG_LEVEL")) is not None:
+        values["log_level"] = v.upper()
+    if (v := get("ARONA_REGISTRATION_OPEN")) is not None:
+        values["registration_open"] = _parse_bool("ARONA_REGISTRATION_OPEN", v)
+    if (v := get("ARONA_DATA_DIR")) is not None:
+        values["data_dir"] = Path(v)
+    if (v := get("ARONA_ACCESS_TOKEN_TTL")) is not None:
+        values["access_token_ttl_seconds"] = _parse_int("ARONA_ACCESS_TOKEN_TTL", v, minimum=30)
+    if (v := get("ARONA_REFRESH_TOKEN_TTL")) is not None:
+        values["refresh_token_ttl_seconds"] = _parse_int("ARONA_REFRESH_TOKEN_TTL", v, minimum=60)
+    if (v := get("ARONA_RUNTIME_TOKEN_TTL")) is not None:
+        values["runtime_token_ttl_seconds"] = _parse_int("ARONA_RUNTIME_TOKEN_TTL", v, minimum=60)
+    if (v := get("ARONA_LOGIN_MAX_ATTEMPTS")) is not None:
+        values["login_max_attempts"] = _parse_int("ARONA_LOGIN_MAX_ATTEMPTS", v, minimum=1)
+    if (v := get("ARONA_LOGIN_WINDOW")) is not None:
+        values["login_window_seconds"] = _parse_int("ARONA_LOGIN_WINDOW", v, minimum=1)
+    if (v := get("ARONA_DB_POOL_SIZE")) is not None:
+        values["db_pool_size"] = _parse_int("ARONA_DB_POOL_SIZE", v, minimum=1)
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]

@@ -1,0 +1,155 @@
+"""Cluster ``StateStore`` on Redis: every operation is one command or one Lua script.
+
+Multi-step operations (``incr`` with a creation TTL, ``admit``) run as Lua because
+a read-then-write from Python would let two replicas both see room in a window and
+both admit. Scripts are sent with EVALSHA (redis-py reloads them after a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, Self, cast
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.lib.state.base import WindowDecision
+
+# KEYS[1]=counter; ARGV: amount, ttl_ms ("" for none). TTL only when this call creates the key.
+_INCR = """
+local existed = redis.call('EXISTS', KEYS[1])
+local value = redis.call('INCRBY', KEYS[1], ARGV[1])
+if existed == 0 and ARGV[2] ~= '' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return value
+"""
+
+# KEYS[1]=window; ARGV: amount, limit, window_ms. Returns {allowed, current, retry_after_ms}.
+_ADMIT = """
+local amount = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local window_ms = tonumber(ARGV[3])
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if current == nil then
+  return redis.error_reply('window key ' .. KEYS[1] .. ' does not hold an integer')
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then
+  -- a window without expiry (written by SET) would lock callers out forever
+  redis.call('PEXPIRE', KEYS[1], window_ms)
+  ttl = window_ms
+end
+if current + amount > limit then
+  if ttl == -2 then
+    ttl = window_ms
+  elseif ttl < 1 then
+    ttl = 1
+  end
+  return {0, current, ttl}
+end
+current = redis.call('INCRBY', KEYS[1], amount)
+if ttl == -2 then
+  redis.call('PEXPIRE', KEYS[1], window_ms)
+end
+return {1, current, 0}
+"""
+
+_PING_TIMEOUT = 2.0
+
+
+def _ms(seconds: float, name: str) -> int:
+    if seconds <= 0:
+        raise ValueError(f"{name} must be positive, got {seconds}")
+    # Round up so a sub-millisecond TTL never becomes 0 (which Redis rejects).
+    return max(1, math.ceil(seconds * 1000))
+
+
+class RedisStateStore:
+    """State shared by every replica through one Redis.
+
+    ``client`` must return bytes (``decode_responses=False``). The store closes the
+    client in :meth:`close` only when it created it (:meth:`from_url`), so a client
+    shared with other components is left to its owner.
+    """
+
+    def __init__(self, client: Redis, prefix: str = "arona:", *, owns_client: bool = False) -> None:
+        if client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ValueError("RedisStateStore needs a client with decode_responses=False")
+        self._client = client
+        self._prefix = prefix
+        self._owns_client = owns_client
+        self._incr = client.register_script(_INCR)
+        self._admit = client.register_script(_ADMIT)
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "arona:", **client_kwargs: Any) -> Self:
+        """Build a store owning a new client; ``client_kwargs`` go to ``Redis.from_url``."""
+        client_kwargs["decode_responses"] = False
+        return cls(Redis.from_url(url, **client_kwargs), prefix, owns_client=True)
+
+    @property
+    def client(self) -> Redis:
+        return self._client
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def _key(self, key: str) -> str:
+        return self._prefix + key
+
+    async def get(self, key: str) -> bytes | None:
+        # The constructor refuses decoding clients, so replies are bytes.
+        return cast("bytes | None", await self._client.get(self._key(key)))
+
+    async def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        px = None if ttl is None else _ms(ttl, "ttl")
+        await self._client.set(self._key(key), value, px=px)
+
+    async def set_if_absent(self, key: str, value: bytes, ttl: float | None = None) -> bool:
+        px = None if ttl is None else _ms(ttl, "ttl")
+        return bool(await self._client.set(self._key(key), value, px=px, nx=True))
+
+    async def delete(self, key: str) -> bool:
+        return bool(await self._client.delete(self._key(key)))
+
+    async def exists(self, key: str) -> bool:
+        return bool(await self._client.exists(self._key(key)))
+
+    async def incr(self, key: str, amount: int = 1, ttl: float | None = None) -> int:
+        ttl_ms = "" if ttl is None else _ms(ttl, "ttl")
+        return int(await self._incr(keys=[self._key(key)], args=[amount, ttl_ms]))
+
+    async def admit(self, key: str, amount: int, limit: int, window: float) -> WindowDecision:
+        window_ms = _ms(window, "window")
+        allowed, current, retry_ms = await self._admit(
+            keys=[self._key(key)], args=[amount, limit, window_ms]
+        )
+        return WindowDecision(bool(allowed), int(current), limit, int(retry_ms) / 1000)
+
+    async def push_sample(self, key: str, value: float, max_samples: int) -> None:
+        if max_samples < 1:
+            raise ValueError(f"max_samples must be at least 1, got {max_samples}")
+        k = self._key(key)
+        # MULTI/EXEC: no reader ever sees the list above its bound.
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.rpush(k, repr(float(value)))
+            pipe.ltrim(k, -max_samples, -1)
+            await pipe.execute()
+
+    async def samples(self, key: str) -> list[float]:
+        return [float(v) for v in await self._client.lrange(self._key(key), 0, -1)]
+
+    async def ping(self) -> bool:
+        # A health check must answer, not hang on a black-holed host or raise.
+        try:
+            async with asyncio.timeout(_PING_TIMEOUT):
+                return bool(await self._client.ping())
+        except (RedisError, OSError, TimeoutError):
+            return False
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()

@@ -1,0 +1,81 @@
+"""``create_app``: assemble Litestar from settings. The only place routes and DI meet."""
+
+from __future__ import annotations
+
+from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
+from litestar import Litestar
+from litestar.config.cors import CORSConfig
+from litestar.di import Provide
+from litestar.openapi.config import OpenAPIConfig
+
+from app import __version__
+from app.domain.accounts.controllers import AuthController
+from app.domain.accounts.deps import accounts_dependencies
+from app.domain.projects.controllers import ProjectController
+from app.domain.projects.credential_controllers import ApiKeyController, RuntimeTokenController
+from app.domain.projects.deps import projects_dependencies
+from app.domain.runtime.controllers import RuntimeController
+from app.lib.logging import configure_logging
+from app.lib.passwords import PasswordHasher
+from app.lib.settings import Settings, load_settings
+from app.server.errors import exception_handlers
+from app.server.lifespan import build_lifespan
+from app.server.middleware import request_context_middleware
+from app.server.ops import ops_controller
+from app.server.resources import Resources, build_resources
+
+
+def _constant(value: object) -> Provide:
+    def provide() -> object:
+        return value
+
+    return Provide(provide, use_cache=True, sync_to_thread=False)
+
+
+def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
+    return {
+        "settings": _constant(resources.settings),
+        "state_store": _constant(resources.state_store),
+        "event_bus": _constant(resources.event_bus),
+        "vault": _constant(resources.vault),
+        "token_service": _constant(resources.token_service),
+        "password_hasher": _constant(resources.password_hasher),
+        "revocations": _constant(resources.revocations),
+        "authenticator": _constant(resources.authenticator),
+        "api_key_sync": _constant(resources.api_key_sync),
+    }
+
+
+def create_app(
+    settings: Settings | None = None, *, password_hasher: PasswordHasher | None = None
+) -> Litestar:
+    settings = settings or load_settings()
+    configure_logging(settings)
+    resources = build_resources(settings, password_hasher=password_hasher)
+    cors = CORSConfig(allow_origins=list(settings.cors_origins)) if settings.cors_origins else None
+    app = Litestar(
+        route_handlers=[
+            ops_controller(resources),
+            AuthController,
+            ProjectController,
+            ApiKeyController,
+            RuntimeTokenController,
+            RuntimeController,
+        ],
+        dependencies={
+            **_resource_dependencies(resources),
+            **accounts_dependencies(),
+            **projects_dependencies(),
+        },
+        plugins=[SQLAlchemyPlugin(config=resources.db_config)],
+        lifespan=[build_lifespan(resources)],
+        middleware=[request_context_middleware(resources.metrics)],
+        exception_handlers=exception_handlers(),
+        request_max_body_size=settings.max_body_bytes,
+        cors_config=cors,
+        openapi_config=OpenAPIConfig(title="Arona", version=__version__, path="/api/docs"),
+        logging_config=None,
+        debug=False,
+    )
+    app.state.resources = resources
+    return app

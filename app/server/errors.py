@@ -1,0 +1,108 @@
+"""Exception handlers: every error leaves in the one error shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from advanced_alchemy.exceptions import DuplicateKeyError
+from advanced_alchemy.exceptions import NotFoundError as RepositoryNotFoundError
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.types import ExceptionHandlersMap
+
+from app.lib.errors import AronaError, error_body
+
+logger = structlog.get_logger()
+
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+def _json(
+    status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> Response[Any]:
+    return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+def current_request_id() -> str | None:
+    value = structlog.contextvars.get_contextvars().get("request_id")
+    return value if isinstance(value, str) else None
+
+
+def handle_arona_error(_: Request[Any, Any, Any], exc: AronaError) -> Response[Any]:
+    return _json(exc.status_code, exc.body(), exc.headers or None)
+
+
+def _validation_param(extra: Any) -> tuple[str | None, str | None]:
+    if isinstance(extra, list) and extra and isinstance(extra[0], dict):
+        first = extra[0]
+        key = first.get("key")
+        message = first.get("message")
+        return (str(key) if key else None, str(message) if message else None)
+    return None, None
+
+
+def handle_validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    param, detail = _validation_param(exc.extra)
+    if detail and param:
+        message = f"invalid value for `{param}`: {detail}"
+    elif detail:
+        message = detail
+    else:
+        message = "request body is not valid JSON or does not match the expected schema"
+    code = "invalid_json" if detail and "malformed" in detail.lower() else "invalid_request"
+    return _json(400, error_body(400, message, code, param))
+
+
+def handle_http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    if status >= 500:
+        return handle_unexpected(_, exc)
+    code = _HTTP_CODES.get(status, "invalid_request")
+    message = exc.detail or "request failed"
+    if status == 404:
+        message = "no such route" if exc.detail in ("", "Not Found") else exc.detail
+    if status == 413:
+        message = "request body is larger than the limit"
+    headers = dict(exc.headers) if exc.headers else None
+    return _json(status, error_body(status, message, code), headers)
+
+
+def handle_repository_not_found(
+    _: Request[Any, Any, Any], exc: RepositoryNotFoundError
+) -> Response[Any]:
+    return _json(404, error_body(404, "not found", "not_found"))
+
+
+def handle_duplicate(_: Request[Any, Any, Any], exc: DuplicateKeyError) -> Response[Any]:
+    return _json(409, error_body(409, "a record with these values already exists", "conflict"))
+
+
+def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    request_id = current_request_id()
+    # Unexpected errors are bugs: log the trace once, server side only.
+    logger.exception("unhandled error", error_type=type(exc).__name__)
+    message = "internal error"
+    if request_id:
+        message = f"internal error (request id {request_id})"
+    return _json(500, error_body(500, message, "internal_error"))
+
+
+def exception_handlers() -> ExceptionHandlersMap:
+    return {
+        AronaError: handle_arona_error,
+        ValidationException: handle_validation_error,
+        HTTPException: handle_http_exception,
+        RepositoryNotFoundError: handle_repository_not_found,
+        DuplicateKeyError: handle_duplicate,
+        Exception: handle_unexpected,
+    }

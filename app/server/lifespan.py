@@ -1,0 +1,78 @@
+"""Start-up and shutdown: check the schema, warm the caches, run background loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import structlog
+from litestar import Litestar
+
+from app.db.migrate import ensure_migrated
+from app.domain.accounts.credential_services import RuntimeTokenService
+from app.lib.tasks import every, supervise
+from app.server.resources import Resources
+
+logger = structlog.get_logger()
+KEY_INDEX_RELOAD_SECONDS = 60.0
+
+
+async def _restore_revocations(resources: Resources) -> None:
+    """The in-memory store forgets revocations on restart; the database does not."""
+    async with RuntimeTokenService.new(config=resources.db_config) as service:
+        for row in await service.revoked_unexpired():
+            await resources.revocations.revoke(str(row.id), row.expires_at.timestamp())
+
+
+async def _flush_last_used(resources: Resources) -> None:
+    try:
+        await resources.last_used.flush()
+    except Exception as exc:
+        logger.warning("could not record API key use", error=repr(exc))
+
+
+def build_lifespan(
+    resources: Resources,
+) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await ensure_migrated(resources.db_config.get_engine())
+        await resources.api_key_index.reload()
+        await _restore_revocations(resources)
+        settings = resources.settings
+        tasks: list[asyncio.Task[Any]] = [
+            asyncio.create_task(supervise("api-key-sync", resources.api_key_sync.run)),
+            asyncio.create_task(
+                supervise(
+                    "api-key-last-used",
+                    lambda: every(
+                        settings.last_used_flush_seconds, lambda: _flush_last_used(resources)
+                    ),
+                )
+            ),
+            asyncio.create_task(
+                supervise(
+                    "api-key-reload",
+                    lambda: every(KEY_INDEX_RELOAD_SECONDS, resources.api_key_index.reload),
+                )
+            ),
+        ]
+        logger.info("arona started", api_keys=len(resources.api_key_index))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await _flush_last_used(resources)
+            await resources.event_bus.close()
+            await resources.state_store.close()
+            if resources.redis is not None:
+                await resources.redis.aclose()
+            if resources.owns_password_hasher:
+                resources.password_hasher.close()
+
+    return lifespan

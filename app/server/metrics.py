@@ -1,0 +1,30 @@
+"""Prometheus metrics, in a registry owned by the app (no process-global registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+
+class HttpMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "arona_http_requests_total",
+            "HTTP requests by route template and status.",
+            ("method", "route", "status"),
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "arona_http_request_duration_seconds",
+            "HTTP request latency by route template.",
+            ("method", "route"),
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._requests.labels(method, route, str(status)).inc()
+        self._latency.labels(method, route).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,65 @@
+"""One raw ASGI middleware for the per-request basics: request id, metrics, access log.
+
+Raw ASGI (not a Litestar middleware class) keeps it to a few dict operations per
+request, which matters on the hot path.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import structlog
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, HTTPScope, Message, Receive, Scope, Send
+
+from app.server.metrics import HttpMetrics
+
+_VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+logger = structlog.get_logger("arona.access")
+
+
+def _incoming_request_id(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"x-request-id":
+            candidate = value.decode("latin-1")
+            return candidate if _VALID_REQUEST_ID.match(candidate) else None
+    return None
+
+
+def request_context_middleware(metrics: HttpMetrics) -> type:
+    class RequestContextMiddleware:
+        def __init__(self, app: ASGIApp) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != ScopeType.HTTP:
+                await self.app(scope, receive, send)
+                return
+            http_scope: HTTPScope = scope
+            method = http_scope["method"]
+            request_id = _incoming_request_id(scope) or uuid.uuid4().hex
+            header = (b"x-request-id", request_id.encode("latin-1"))
+            structlog.contextvars.clear_contextvars()
+            structlog.contextvars.bind_contextvars(request_id=request_id)
+            started = time.perf_counter()
+            status = 500
+
+            async def send_with_id(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                    message["headers"] = [*message.get("headers", ()), header]
+                await send(message)
+
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                elapsed = time.perf_counter() - started
+                route = scope.get("path_template") or "unmatched"
+                metrics.observe(method, route, status, elapsed)
+                if status >= 500:
+                    logger.warning("request failed", method=method, route=route, status=status)
+
+    return RequestContextMiddleware

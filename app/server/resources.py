@@ -1,0 +1,122 @@
+"""The per-process objects the app is built from, created once from settings.
+
+Nothing here is a module global: ``build_resources`` returns a fresh set each call,
+so tests can run several apps side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
+from redis.asyncio import Redis
+from sqlalchemy import select
+
+from app.db.config import build_db_config
+from app.db.models import ApiKey
+from app.domain.accounts.authenticator import Authenticator
+from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, KeyLookup
+from app.domain.accounts.last_used import LastUsedRecorder
+from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.sync import ApiKeySync
+from app.lib.events.base import EventBus
+from app.lib.events.memory import MemoryEventBus
+from app.lib.events.redis import RedisEventBus
+from app.lib.passwords import PasswordHasher
+from app.lib.settings import Settings
+from app.lib.state.base import StateStore
+from app.lib.state.memory import MemoryStateStore
+from app.lib.state.redis import RedisStateStore
+from app.lib.tokens import TokenService
+from app.lib.vault import Vault
+from app.server.metrics import HttpMetrics
+
+
+@dataclass(slots=True)
+class Resources:
+    settings: Settings
+    db_config: SQLAlchemyAsyncConfig
+    state_store: StateStore
+    event_bus: EventBus
+    redis: Redis | None
+    vault: Vault
+    token_service: TokenService
+    password_hasher: PasswordHasher
+    revocations: RevocationList
+    api_key_index: ApiKeyIndex
+    api_key_sync: ApiKeySync
+    last_used: LastUsedRecorder
+    authenticator: Authenticator
+    metrics: HttpMetrics = field(default_factory=HttpMetrics)
+    owns_password_hasher: bool = True
+
+
+def _key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup]:
+    async def load_all() -> Iterable[tuple[str, ActiveApiKey]]:
+        async with db_config.get_session() as session:
+            rows = await session.execute(
+                select(ApiKey.key_hash, ApiKey.id, ApiKey.project_id).where(
+                    ApiKey.revoked_at.is_(None)
+                )
+            )
+            return [(h, ActiveApiKey(key_id=i, project_id=p)) for h, i, p in rows.tuples()]
+
+    async def lookup_one(key_hash: str) -> ActiveApiKey | None:
+        async with db_config.get_session() as session:
+            row = (
+                await session.execute(
+                    select(ApiKey.id, ApiKey.project_id).where(
+                        ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
+                    )
+                )
+            ).first()
+            return None if row is None else ActiveApiKey(key_id=row[0], project_id=row[1])
+
+    return load_all, lookup_one
+
+
+def build_resources(settings: Settings, password_hasher: PasswordHasher | None = None) -> Resources:
+    settings.validate()
+    db_config = build_db_config(settings)
+    redis: Redis | None = None
+    state_store: StateStore
+    event_bus: EventBus
+    if settings.redis_url:
+        redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2.0)
+        state_store = RedisStateStore(redis, prefix=settings.redis_prefix)
+        event_bus = RedisEventBus(redis, prefix=f"{settings.redis_prefix}events:")
+    else:
+        state_store = MemoryStateStore()
+        event_bus = MemoryEventBus()
+    tokens = TokenService(settings.jwt_secret)
+    revocations = RevocationList(state_store)
+    load_all, lookup_one = _key_loaders(db_config)
+    index = ApiKeyIndex(
+        load_all,
+        lookup_one,
+        negative_ttl=settings.negative_key_cache_ttl_seconds,
+    )
+    last_used = LastUsedRecorder(db_config.get_engine())
+    return Resources(
+        settings=settings,
+        db_config=db_config,
+        state_store=state_store,
+        event_bus=event_bus,
+        redis=redis,
+        vault=Vault(settings.vault_keys),
+        token_service=tokens,
+        password_hasher=password_hasher or PasswordHasher(),
+        owns_password_hasher=password_hasher is None,
+        revocations=revocations,
+        api_key_index=index,
+        api_key_sync=ApiKeySync(index, event_bus),
+        last_used=last_used,
+        authenticator=Authenticator(
+            tokens=tokens,
+            revocations=revocations,
+            api_keys=index,
+            last_used=last_used,
+            admin_token=settings.admin_token,
+        ),
+    )

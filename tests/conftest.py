@@ -1,0 +1,141 @@
+"""Shared fixtures: a throwaway PostgreSQL database (migrated, not create_all), real
+Redis, and apps built by ``create_app`` driven over ASGI.
+
+Services are never skipped: if PostgreSQL or Redis is missing the tests fail.
+``.ci/run`` starts both before calling ``make test``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import asyncpg
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from app.db.migrate import upgrade
+from app.lib.passwords import PasswordHasher
+from app.lib.settings import Settings, load_settings
+from app.lib.vault import generate_key_spec
+from app.server.app import create_app
+
+PG_ADMIN_DSN = os.environ.get("ARONA_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("ARONA_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+JWT_SECRET = "test-secret-" + "x" * 40
+
+
+def _pg_url(dbname: str) -> str:
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
+    return f"{base}/{dbname}"
+
+
+async def create_database(name: str) -> None:
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def drop_database(name: str) -> None:
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def base_settings(**overrides: object) -> Settings:
+    return load_settings(
+        {},
+        jwt_secret=JWT_SECRET,
+        vault_keys=load_settings({"ARONA_VAULT_KEYS": generate_key_spec("k1")}).vault_keys,
+        registration_open=True,
+        log_level="WARNING",
+        **overrides,
+    )
+
+
+@pytest.fixture(scope="session")
+def fast_hasher() -> Iterator[PasswordHasher]:
+    # Cheap argon2 parameters: the suite hashes hundreds of passwords.
+    hasher = PasswordHasher(time_cost=1, memory_cost=8 * 1024, parallelism=1)
+    yield hasher
+    hasher.close()
+
+
+@pytest.fixture(scope="session")
+async def pg_database() -> AsyncIterator[str]:
+    name = f"arona_test_{uuid.uuid4().hex[:10]}"
+    await create_database(name)
+    url = _pg_url(name)
+    await asyncio.to_thread(upgrade, base_settings(database_url=url))
+    yield url
+    await drop_database(name)
+
+
+@pytest.fixture(scope="session")
+async def sqlite_database(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path: Path = tmp_path_factory.mktemp("sqlite") / "arona.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    await asyncio.to_thread(upgrade, base_settings(database_url=url))
+    return url
+
+
+@pytest.fixture
+def pg_settings(pg_database: str) -> Settings:
+    return base_settings(
+        database_url=pg_database,
+        redis_url=REDIS_URL,
+        redis_prefix=f"test:{uuid.uuid4().hex}:",
+        db_pool_size=5,
+    )
+
+
+@pytest.fixture
+def sqlite_settings(sqlite_database: str) -> Settings:
+    return base_settings(database_url=sqlite_database)
+
+
+AppFactory = Callable[[Settings], Litestar]
+
+
+@pytest.fixture
+def make_app(fast_hasher: PasswordHasher) -> AppFactory:
+    def factory(settings: Settings) -> Litestar:
+        return create_app(settings, password_hasher=fast_hasher)
+
+    return factory
+
+
+@pytest.fixture
+async def client(
+    pg_settings: Settings, make_app: AppFactory
+) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    """The production shape: PostgreSQL + Redis."""
+    async with AsyncTestClient(app=make_app(pg_settings)) as test_client:
+        yield test_client
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+async def any_client(
+    request: pytest.FixtureRequest,
+    make_app: AppFactory,
+    pg_settings: Settings,
+    sqlite_settings: Settings,
+) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    """Runs a test on both the production shape and the embedded SQLite default."""
+    settings = pg_settings if request.param == "postgres" else sqlite_settings
+    async with AsyncTestClient(app=make_app(settings)) as test_client:
+        yield test_client
+
+
+def with_settings(settings: Settings, **changes: object) -> Settings:
+    return replace(settings, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,70 @@
+"""Small helpers for API tests: unique users, login, auth headers."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from litestar.testing import AsyncTestClient
+
+PASSWORD = "correct horse battery"
+
+
+def unique_email(tag: str = "user") -> str:
+    return f"{tag}-{uuid.uuid4().hex[:12]}@example.com"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def register(
+    client: AsyncTestClient[Any], email: str | None = None, password: str = PASSWORD
+) -> dict[str, Any]:
+    email = email or unique_email()
+    response = await client.post("/api/auth/register", json={"email": email, "password": password})
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def login(
+    client: AsyncTestClient[Any], email: str, password: str = PASSWORD
+) -> dict[str, Any]:
+    response = await client.post("/api/auth/login", json={"email": email, "password": password})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def new_user(client: AsyncTestClient[Any], tag: str = "user") -> tuple[str, dict[str, str]]:
+    """Register and log in a fresh user; returns (email, auth headers)."""
+    email = unique_email(tag)
+    await register(client, email)
+    tokens = await login(client, email)
+    return email, bearer(tokens["accessToken"])
+
+
+async def new_project(
+    client: AsyncTestClient[Any], headers: dict[str, str], name: str = "Acme"
+) -> dict[str, Any]:
+    slug = f"p-{uuid.uuid4().hex[:12]}"
+    response = await client.post(
+        "/api/projects", json={"name": name, "slug": slug}, headers=headers
+    )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert set(error) == {"message", "type", "code", "param"}, error
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    if code is not None:
+        assert error["code"] == code, error
+    return error

@@ -1,0 +1,232 @@
+"""One ``StateStore`` contract, run against the memory and the Redis implementation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+from app.lib.state.base import StateStore
+from app.lib.state.memory import MemoryStateStore
+from app.lib.state.redis import RedisStateStore
+
+from .conftest import REDIS_URL, Harness
+
+TTL = 0.2
+PAST_TTL = 0.35
+
+
+async def test_get_set_delete_exists(store: StateStore) -> None:
+    assert await store.get("k") is None
+    assert not await store.exists("k")
+
+    await store.set("k", b"v1")
+    assert await store.get("k") == b"v1"
+    assert await store.exists("k")
+
+    await store.set("k", b"\x00\xffbinary")
+    assert await store.get("k") == b"\x00\xffbinary"
+
+    assert await store.delete("k")
+    assert not await store.delete("k")
+    assert await store.get("k") is None
+    assert not await store.exists("k")
+
+
+async def test_set_ttl_expires(store: StateStore) -> None:
+    await store.set("short", b"x", ttl=TTL)
+    await store.set("forever", b"y")
+    assert await store.get("short") == b"x"
+    await asyncio.sleep(PAST_TTL)
+    assert await store.get("short") is None
+    assert not await store.exists("short")
+    assert not await store.delete("short")
+    assert await store.get("forever") == b"y"
+
+
+async def test_set_without_ttl_clears_previous_ttl(store: StateStore) -> None:
+    await store.set("k", b"a", ttl=TTL)
+    await store.set("k", b"b")
+    await asyncio.sleep(PAST_TTL)
+    assert await store.get("k") == b"b"
+
+
+async def test_set_rejects_non_positive_ttl(store: StateStore) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        await store.set("k", b"v", ttl=0)
+
+
+async def test_set_if_absent(store: StateStore) -> None:
+    assert await store.set_if_absent("lease", b"first", ttl=TTL)
+    assert not await store.set_if_absent("lease", b"second")
+    assert await store.get("lease") == b"first"
+
+    await asyncio.sleep(PAST_TTL)
+    assert await store.set_if_absent("lease", b"third")
+    assert await store.get("lease") == b"third"
+
+
+async def test_set_if_absent_single_winner_across_replicas(harness: Harness) -> None:
+    replicas = [harness.state() for _ in range(3)]
+    results = await asyncio.gather(
+        *(replicas[i % 3].set_if_absent("pin", b"%d" % i) for i in range(30))
+    )
+    assert results.count(True) == 1
+    winner = results.index(True)
+    assert await replicas[0].get("pin") == b"%d" % winner
+
+
+async def test_incr(store: StateStore) -> None:
+    assert await store.incr("n") == 1
+    assert await store.incr("n", 5) == 6
+    assert await store.incr("n", -2) == 4
+    assert await store.get("n") == b"4"
+
+
+async def test_incr_ttl_applies_only_at_creation(store: StateStore) -> None:
+    assert await store.incr("n", ttl=TTL) == 1
+    await asyncio.sleep(TTL / 2)
+    # A later ttl must not extend the window the first call opened.
+    assert await store.incr("n", ttl=10) == 2
+    await asyncio.sleep(PAST_TTL - TTL / 2)
+    assert await store.get("n") is None
+    assert await store.incr("n", ttl=TTL) == 1
+
+
+async def test_incr_without_ttl_on_new_key_persists(store: StateStore) -> None:
+    await store.incr("n")
+    await asyncio.sleep(PAST_TTL)
+    assert await store.get("n") == b"1"
+
+
+async def test_admit_up_to_limit_then_refuse(store: StateStore) -> None:
+    for expected in (3, 6, 9, 10):
+        d = await store.admit("w", 3 if expected < 10 else 1, limit=10, window=5)
+        assert d.allowed
+        assert d.current == expected
+        assert d.limit == 10
+        assert d.retry_after == 0
+
+    refused = await store.admit("w", 1, limit=10, window=5)
+    assert not refused.allowed
+    assert refused.current == 10
+    assert 0 < refused.retry_after <= 5
+    # Refusals consume nothing.
+    assert (await store.admit("w", 1, limit=10, window=5)).current == 10
+    assert await store.get("w") == b"10"
+
+
+async def test_admit_refusal_does_not_block_smaller_request(store: StateStore) -> None:
+    assert (await store.admit("w", 8, limit=10, window=5)).allowed
+    assert not (await store.admit("w", 3, limit=10, window=5)).allowed
+    d = await store.admit("w", 2, limit=10, window=5)
+    assert d.allowed
+    assert d.current == 10
+
+
+async def test_admit_oversized_request_on_empty_window(store: StateStore) -> None:
+    d = await store.admit("w", 11, limit=10, window=5)
+    assert not d.allowed
+    assert d.current == 0
+    assert d.retry_after > 0
+    assert not await store.exists("w")
+
+
+async def test_admit_window_resets_after_expiry(store: StateStore) -> None:
+    assert (await store.admit("w", 2, limit=2, window=TTL)).allowed
+    refused = await store.admit("w", 1, limit=2, window=TTL)
+    assert not refused.allowed
+    assert 0 < refused.retry_after <= TTL + 1e-6  # float clock arithmetic
+
+    await asyncio.sleep(PAST_TTL)
+    d = await store.admit("w", 1, limit=2, window=TTL)
+    assert d.allowed
+    assert d.current == 1
+
+
+async def test_admit_window_is_fixed_not_sliding(store: StateStore) -> None:
+    assert (await store.admit("w", 1, limit=5, window=TTL)).allowed
+    await asyncio.sleep(TTL / 2)
+    assert (await store.admit("w", 1, limit=5, window=TTL)).current == 2
+    await asyncio.sleep(PAST_TTL - TTL / 2)
+    assert (await store.admit("w", 1, limit=5, window=TTL)).current == 1
+
+
+async def test_admit_repairs_window_without_expiry(store: StateStore) -> None:
+    await store.set("w", b"5")
+    refused = await store.admit("w", 1, limit=5, window=TTL)
+    assert not refused.allowed
+    assert 0 < refused.retry_after <= TTL + 1e-6  # float clock arithmetic
+    await asyncio.sleep(PAST_TTL)
+    assert (await store.admit("w", 1, limit=5, window=TTL)).allowed
+
+
+async def test_concurrent_admit_never_over_admits(harness: Harness) -> None:
+    # Three replicas (three Redis clients on the redis backend) race for one window.
+    replicas = [harness.state() for _ in range(3)]
+    decisions = await asyncio.gather(
+        *(replicas[i % 3].admit("quota", 1, limit=100, window=30) for i in range(300))
+    )
+    allowed = [d for d in decisions if d.allowed]
+    assert len(allowed) == 100
+    assert sorted(d.current for d in allowed) == list(range(1, 101))
+    assert all(d.current == 100 and d.retry_after > 0 for d in decisions if not d.allowed)
+    assert await replicas[0].get("quota") == b"100"
+
+
+async def test_concurrent_incr_is_atomic(harness: Harness) -> None:
+    replicas = [harness.state() for _ in range(3)]
+    results = await asyncio.gather(*(replicas[i % 3].incr("n", ttl=30) for i in range(300)))
+    assert sorted(results) == list(range(1, 301))
+
+
+async def test_samples_bounded_and_ordered(store: StateStore) -> None:
+    assert await store.samples("lat") == []
+    for v in range(1, 8):
+        await store.push_sample("lat", v * 0.5, max_samples=5)
+    assert await store.samples("lat") == [1.5, 2.0, 2.5, 3.0, 3.5]
+
+
+async def test_samples_keep_float_precision(store: StateStore) -> None:
+    await store.push_sample("lat", 0.1 + 0.2, max_samples=3)
+    await store.push_sample("lat", 1e-9, max_samples=3)
+    assert await store.samples("lat") == [0.1 + 0.2, 1e-9]
+
+
+async def test_push_sample_rejects_empty_bound(store: StateStore) -> None:
+    with pytest.raises(ValueError, match="max_samples"):
+        await store.push_sample("lat", 1.0, max_samples=0)
+
+
+async def test_ping(store: StateStore) -> None:
+    assert await store.ping()
+
+
+async def test_redis_ping_false_when_unreachable() -> None:
+    # Port 1 on loopback: nothing listens, the connection is refused at once.
+    store = RedisStateStore.from_url("redis://127.0.0.1:1/0")
+    try:
+        assert await store.ping() is False
+    finally:
+        await store.close()
+
+
+async def test_redis_requires_bytes_client() -> None:
+    client = Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        with pytest.raises(ValueError, match="decode_responses"):
+            RedisStateStore(client)
+    finally:
+        await client.aclose()
+
+
+async def test_memory_purges_expired_keys_on_writes() -> None:
+    now = [0.0]
+    store = MemoryStateStore(clock=lambda: now[0], purge_interval=10)
+    for i in range(100):
+        await store.set(f"k{i}", b"v", ttl=1)
+    assert len(store) == 100
+    now[0] = 11.0
+    await store.set("other", b"v")
+    assert len(store) == 1
