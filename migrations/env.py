@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import TYPE_CHECKING, cast
 
 from advanced_alchemy.base import metadata_registry
@@ -56,7 +57,18 @@ async def run_migrations_online() -> None:
     await engine.dispose()
 
 
+def run_online_from_any_thread() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(run_migrations_online())
+        return
+    # Called from code already inside an event loop: use a private loop in a worker.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, run_migrations_online()).result()
+
+
 if context.is_offline_mode():
     run_migrations_offline()
 else:
-    asyncio.run(run_migrations_online())
+    run_online_from_any_thread()

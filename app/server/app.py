@@ -69,7 +69,6 @@ def create_app(
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],
         lifespan=[build_lifespan(resources)],
-        middleware=[request_context_middleware(resources.metrics)],
         exception_handlers=exception_handlers(),
         request_max_body_size=settings.max_body_bytes,
         cors_config=cors,
@@ -78,4 +77,7 @@ def create_app(
         debug=False,
     )
     app.state.resources = resources
+    # Wrap the whole ASGI handler, not each route: unmatched routes and framework
+    # errors must get a request id and be counted too.
+    app.asgi_handler = request_context_middleware(resources.metrics)(app.asgi_handler)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import structlog
@@ -42,11 +43,19 @@ def handle_arona_error(_: Request[Any, Any, Any], exc: AronaError) -> Response[A
     return _json(exc.status_code, exc.body(), exc.headers or None)
 
 
+# msgspec names the offending field only in the message for these (the key is "data").
+_FIELD_IN_MESSAGE = re.compile(r"(?:unknown|missing required) field `([^`]+)`")
+
+
 def _validation_param(extra: Any) -> tuple[str | None, str | None]:
     if isinstance(extra, list) and extra and isinstance(extra[0], dict):
         first = extra[0]
         key = first.get("key")
         message = first.get("message")
+        if key == "data" and isinstance(message, str):
+            named = _FIELD_IN_MESSAGE.search(message)
+            if named:
+                key = named.group(1)
         return (str(key) if key else None, str(message) if message else None)
     return None, None
 

@@ -18,6 +18,7 @@ from app.server.resources import Resources
 
 logger = structlog.get_logger()
 KEY_INDEX_RELOAD_SECONDS = 60.0
+KEY_SYNC_READY_SECONDS = 10.0
 
 
 async def _restore_revocations(resources: Resources) -> None:
@@ -40,11 +41,15 @@ def build_lifespan(
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await ensure_migrated(resources.db_config.get_engine())
-        await resources.api_key_index.reload()
         await _restore_revocations(resources)
         settings = resources.settings
+        # The sync task subscribes first and then loads the key index, so no change
+        # made on another replica falls between the load and the subscription.
+        keys_ready = asyncio.Event()
         tasks: list[asyncio.Task[Any]] = [
-            asyncio.create_task(supervise("api-key-sync", resources.api_key_sync.run)),
+            asyncio.create_task(
+                supervise("api-key-sync", lambda: resources.api_key_sync.run(keys_ready))
+            ),
             asyncio.create_task(
                 supervise(
                     "api-key-last-used",
@@ -60,14 +65,22 @@ def build_lifespan(
                 )
             ),
         ]
-        logger.info("arona started", api_keys=len(resources.api_key_index))
         try:
+            try:
+                await asyncio.wait_for(keys_ready.wait(), KEY_SYNC_READY_SECONDS)
+            except TimeoutError:
+                logger.warning("api key events unavailable; serving from a plain load")
+                await resources.api_key_index.reload()
+            logger.info("arona started", api_keys=len(resources.api_key_index))
             yield
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await _flush_last_used(resources)
+            # The SQLAlchemy plugin disposed the engine before this point (its
+            # lifespan exits first); the flush above may have reopened a connection.
+            await resources.db_config.get_engine().dispose()
             await resources.event_bus.close()
             await resources.state_store.close()
             if resources.redis is not None:

@@ -13,7 +13,7 @@ from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from redis.asyncio import Redis
 from sqlalchemy import select
 
-from app.db.config import build_db_config
+from app.db.config import build_db_config, install_sqlite_pragmas
 from app.db.models import ApiKey
 from app.domain.accounts.authenticator import Authenticator
 from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, KeyLookup
@@ -79,6 +79,9 @@ def _key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup
 def build_resources(settings: Settings, password_hasher: PasswordHasher | None = None) -> Resources:
     settings.validate()
     db_config = build_db_config(settings)
+    # Foreign keys (ON DELETE CASCADE of a project's keys, tokens and members) are off
+    # in SQLite unless every connection turns them on.
+    install_sqlite_pragmas(db_config.get_engine())
     redis: Redis | None = None
     state_store: StateStore
     event_bus: EventBus

@@ -14,7 +14,7 @@ from app.domain.accounts.principals import (
     UserPrincipal,
 )
 from app.domain.accounts.revocations import RevocationList
-from app.domain.accounts.services import ACCESS_AUDIENCE, RUNTIME_AUDIENCE
+from app.domain.accounts.services import ACCESS_AUDIENCE, FAMILY_CLAIM, RUNTIME_AUDIENCE
 from app.lib.errors import AuthenticationError
 from app.lib.hashing import constant_time_equals, sha256_hex
 from app.lib.tokens import TokenError, TokenService
@@ -80,6 +80,8 @@ class Authenticator:
 
     async def _jwt(self, credential: str) -> UserPrincipal | RuntimePrincipal:
         audience = self._tokens.unverified_audience(credential)
+        if audience is None:
+            raise AuthenticationError("token is malformed", code="invalid_token")
         if audience not in (ACCESS_AUDIENCE, RUNTIME_AUDIENCE):
             raise AuthenticationError("token is not valid for this API", code="invalid_token")
         try:
@@ -96,9 +98,23 @@ class Authenticator:
         except ValueError as exc:
             raise AuthenticationError("token is malformed", code="invalid_token") from exc
         if audience == ACCESS_AUDIENCE:
-            return UserPrincipal(user_id=subject, jti=jti, expires_at=float(claims["exp"]))
+            return UserPrincipal(
+                user_id=subject,
+                jti=jti,
+                expires_at=float(claims["exp"]),
+                family_id=_optional_uuid(claims.get(FAMILY_CLAIM)),
+            )
         try:
             token_id = UUID(jti)
         except ValueError as exc:
             raise AuthenticationError("token is malformed", code="invalid_token") from exc
         return RuntimePrincipal(token_id=token_id, project_id=subject)
+
+
+def _optional_uuid(value: object) -> UUID | None:
+    if value is None:
+        return None
+    try:
+        return UUID(str(value))
+    except ValueError as exc:
+        raise AuthenticationError("token is malformed", code="invalid_token") from exc

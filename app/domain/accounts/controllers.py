@@ -71,6 +71,7 @@ class AuthController(Controller):
             user_id=current_user.id,
             access_jti=principal.jti,
             access_expires=principal.expires_at,
+            family_id=principal.family_id,
             refresh_token=data.refresh_token if data else None,
         )
 

@@ -48,6 +48,7 @@ class ApiKeyService(SQLAlchemyAsyncRepositoryService[ApiKey]):
         return await self.get_many_and_count(
             ApiKey.project_id == project_id,
             OrderBy(field_name="created_at", sort_order="desc"),
+            OrderBy(field_name="id", sort_order="desc"),
             LimitOffset(limit=limit, offset=offset),
         )
 
@@ -106,6 +107,7 @@ class RuntimeTokenService(SQLAlchemyAsyncRepositoryService[RuntimeToken]):
         return await self.get_many_and_count(
             RuntimeToken.project_id == project_id,
             OrderBy(field_name="created_at", sort_order="desc"),
+            OrderBy(field_name="id", sort_order="desc"),
             LimitOffset(limit=limit, offset=offset),
         )
 
@@ -119,6 +121,11 @@ class RuntimeTokenService(SQLAlchemyAsyncRepositoryService[RuntimeToken]):
             row.revoked_at = utcnow()
             row = await self.update(row, auto_commit=True)
         return row
+
+    async def unexpired_in_project(self, project_id: UUID) -> Sequence[RuntimeToken]:
+        return await self.get_many(
+            RuntimeToken.project_id == project_id, RuntimeToken.expires_at > utcnow()
+        )
 
     async def revoked_unexpired(self) -> Sequence[RuntimeToken]:
         return await self.get_many(

@@ -37,7 +37,9 @@ async def provide_current_user(principal: Principal, users_service: UserService)
             "this endpoint needs a user's access token", code="user_token_required"
         )
     user = await users_service.get_one_or_none(User.id == principal.user_id)
-    if user is None or user.disabled:
+    if user is None:
+        raise AuthenticationError("the user of this token no longer exists", code="invalid_token")
+    if user.disabled:
         raise AuthenticationError("this account is disabled", code="account_disabled")
     return user
 

@@ -6,6 +6,11 @@ interval as a safety net). An unknown hash is rejected from memory. Because an
 event can be missed, a miss may fall through to the database, but only within a
 small global budget per second and never twice for the same hash within the
 negative-cache TTL: a flood of random keys costs a bounded number of queries.
+
+Changes that arrive while a database read is in flight are not lost to it: a
+reload replays the adds and removals made during the load on top of what it read,
+and a miss lookup that raced a removal answers its one request but is not cached
+(otherwise a key revoked meanwhile could come back until the next reload).
 """
 
 from __future__ import annotations
@@ -22,6 +27,24 @@ class ActiveApiKey:
     key_id: UUID
     project_id: UUID
 
+
+@dataclass(frozen=True, slots=True)
+class _Added:
+    key_hash: str
+    key: ActiveApiKey
+
+
+@dataclass(frozen=True, slots=True)
+class _Removed:
+    key_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class _ProjectRemoved:
+    project_id: UUID
+
+
+_Change = _Added | _Removed | _ProjectRemoved
 
 KeyLoader = Callable[[], Awaitable[Iterable[tuple[str, ActiveApiKey]]]]
 KeyLookup = Callable[[str], Awaitable[ActiveApiKey | None]]
@@ -49,24 +72,48 @@ class ApiKeyIndex:
         self._tokens = miss_lookups_per_second
         self._tokens_at = clock()
         self.database_lookups = 0
+        # One journal per reload in flight; every change is recorded in each of them.
+        self._journals: list[list[_Change]] = []
+        # Bumped by every removal so a miss lookup can tell it raced one.
+        self._removals = 0
 
     def __len__(self) -> int:
         return len(self._active)
 
+    def __contains__(self, key_hash: object) -> bool:
+        return key_hash in self._active
+
     async def reload(self) -> None:
-        self._active = dict(await self._load_all())
+        journal: list[_Change] = []
+        self._journals.append(journal)
+        try:
+            loaded = dict(await self._load_all())
+        finally:
+            self._journals.remove(journal)
+        for change in journal:
+            _apply(loaded, change)
+        self._active = loaded
         self._negative.clear()
 
     def add(self, key_hash: str, key: ActiveApiKey) -> None:
+        self._record(_Added(key_hash, key))
         self._active[key_hash] = key
         self._negative.pop(key_hash, None)
 
     def remove(self, key_hash: str) -> None:
+        self._record(_Removed(key_hash))
+        self._removals += 1
         self._active.pop(key_hash, None)
 
     def remove_project(self, project_id: UUID) -> None:
-        for key_hash in [h for h, k in self._active.items() if k.project_id == project_id]:
-            del self._active[key_hash]
+        change = _ProjectRemoved(project_id)
+        self._record(change)
+        self._removals += 1
+        _apply(self._active, change)
+
+    def _record(self, change: _Change) -> None:
+        for journal in self._journals:
+            journal.append(change)
 
     async def resolve(self, key_hash: str) -> ActiveApiKey | None:
         found = self._active.get(key_hash)
@@ -79,10 +126,11 @@ class ApiKeyIndex:
         if not self._take_lookup_token(now):
             return None
         self.database_lookups += 1
+        removals = self._removals
         found = await self._lookup_one(key_hash)
         if found is None:
             self._remember_miss(key_hash, now)
-        else:
+        elif removals == self._removals:
             self._active[key_hash] = found
         return found
 
@@ -99,3 +147,13 @@ class ApiKeyIndex:
         self._negative.move_to_end(key_hash)
         while len(self._negative) > self._negative_capacity:
             self._negative.popitem(last=False)
+
+
+def _apply(active: dict[str, ActiveApiKey], change: _Change) -> None:
+    if isinstance(change, _Added):
+        active[change.key_hash] = change.key
+    elif isinstance(change, _Removed):
+        active.pop(change.key_hash, None)
+    else:
+        for key_hash in [h for h, k in active.items() if k.project_id == change.project_id]:
+            del active[key_hash]

@@ -39,8 +39,10 @@ class LastUsedRecorder:
         try:
             async with self._engine.begin() as connection:
                 await connection.execute(statement, rows)
-        except Exception:
-            # Keep the newest timestamps for the next attempt rather than lose them.
+        except BaseException:
+            # Keep the newest timestamps for the next attempt rather than lose them
+            # (cancellation included: shutdown cancels a periodic flush mid-write, then
+            # flushes once more).
             for key_id, used_at in batch.items():
                 current = self._pending.get(key_id)
                 if current is None or current < used_at:

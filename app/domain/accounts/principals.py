@@ -21,6 +21,8 @@ class UserPrincipal(Principal):
     user_id: UUID
     jti: str
     expires_at: float
+    family_id: UUID | None = None
+    """The login session (refresh-token family) the access token was issued for."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,13 @@ ACCESS_AUDIENCE = "user"
 RUNTIME_AUDIENCE = "runtime"
 REFRESH_PREFIX = "rt-"
 INVALID_CREDENTIALS = "invalid email or password"
+# Access tokens carry the id of the refresh-token family (the login session) they
+# belong to, so logging out with an access token alone ends the whole session.
+FAMILY_CLAIM = "fid"
+# Held (in the shared StateStore) by the one registration allowed to become the
+# first admin; see AuthService.register.
+FIRST_ADMIN_LEASE = "accounts:first-admin"
+FIRST_ADMIN_LEASE_SECONDS = 60.0
 
 
 def normalize_email(email: str) -> str:
@@ -106,6 +113,19 @@ class RefreshTokenService(SQLAlchemyAsyncRepositoryService[RefreshToken]):
         await self.repository.session.commit()
         return bool(getattr(result, "rowcount", 0) == 1)
 
+    async def family_revoked(self, family_id: UUID) -> bool:
+        """True once any link of the family was revoked.
+
+        Revoking marks the links that exist at that moment; a link minted by a refresh
+        racing the revocation is caught here, so a revoked family stays revoked.
+        """
+        result = await self.repository.session.execute(
+            select(RefreshToken.id)
+            .where(RefreshToken.family_id == family_id, RefreshToken.revoked_at.is_not(None))
+            .limit(1)
+        )
+        return result.first() is not None
+
     async def revoke_family(self, family_id: UUID) -> None:
         await self.repository.session.execute(
             update(RefreshToken)
@@ -135,10 +155,29 @@ class AuthService:
             raise ConflictError(
                 "a user with this email already exists", code="email_taken", param="email"
             )
-        is_first = await self.users.count_users() == 0
-        password_hash = await self.passwords.hash(password)
-        return await self.users.create_user(
-            email=normalized, password_hash=password_hash, name=name.strip(), is_admin=is_first
+        is_admin = await self._claim_first_admin()
+        try:
+            password_hash = await self.passwords.hash(password)
+            return await self.users.create_user(
+                email=normalized, password_hash=password_hash, name=name.strip(), is_admin=is_admin
+            )
+        except BaseException:
+            if is_admin:
+                # Not created after all: let the next first registration have the role.
+                await self.state.delete(FIRST_ADMIN_LEASE)
+            raise
+
+    async def _claim_first_admin(self) -> bool:
+        """True for the registration that creates the first user.
+
+        Counting users is not enough on its own: concurrent first registrations all
+        count zero before any of them inserts, and would all become admins. Only the
+        one that also wins the lease (atomic, shared by every replica) gets the role.
+        """
+        if await self.users.count_users() != 0:
+            return False
+        return await self.state.set_if_absent(
+            FIRST_ADMIN_LEASE, b"1", ttl=FIRST_ADMIN_LEASE_SECONDS
         )
 
     async def login(self, *, email: str, password: str, client: str) -> TokenPair:
@@ -165,11 +204,17 @@ class AuthService:
         )
         if row is None:
             raise AuthenticationError("refresh token is not valid", code="invalid_refresh_token")
-        if row.used_at is not None or row.revoked_at is not None:
+        if row.used_at is not None:
+            # A spent link presented again: the token leaked (or two clients raced).
             await self._revoke_reused_family(row)
+        if row.revoked_at is not None or await self.refresh_tokens.family_revoked(row.family_id):
+            raise AuthenticationError(
+                "refresh token has been revoked; log in again", code="refresh_token_revoked"
+            )
         if row.expires_at <= utcnow():
             raise AuthenticationError("refresh token has expired", code="refresh_token_expired")
         if not await self.refresh_tokens.spend(row.id):
+            # Someone spent it between our read and our update.
             await self._revoke_reused_family(row)
         user = await self.users.get_one_or_none(User.id == row.user_id)
         if user is None or user.disabled:
@@ -178,16 +223,24 @@ class AuthService:
         return await self._issue_pair(user.id, family_id=row.family_id)
 
     async def logout(
-        self, *, user_id: UUID, access_jti: str, access_expires: float, refresh_token: str | None
+        self,
+        *,
+        user_id: UUID,
+        access_jti: str,
+        access_expires: float,
+        family_id: UUID | None,
+        refresh_token: str | None,
     ) -> None:
         await self.revocations.revoke(access_jti, access_expires)
+        if family_id is not None:
+            await self.refresh_tokens.revoke_family(family_id)
         if refresh_token is None:
             return
         row = await self.refresh_tokens.get_one_or_none(
             RefreshToken.token_hash == sha256_hex(refresh_token)
         )
         # Someone else's refresh token is treated as unknown: no oracle, no effect.
-        if row is not None and row.user_id == user_id:
+        if row is not None and row.user_id == user_id and row.family_id != family_id:
             await self.refresh_tokens.revoke_family(row.family_id)
 
     async def _revoke_reused_family(self, row: RefreshToken) -> None:
@@ -202,6 +255,7 @@ class AuthService:
             subject=str(user_id),
             audience=ACCESS_AUDIENCE,
             ttl_seconds=self.settings.access_token_ttl_seconds,
+            claims={FAMILY_CLAIM: str(family_id)},
         )
         refresh = await self.refresh_tokens.mint(
             user_id, family_id, self.settings.refresh_token_ttl_seconds

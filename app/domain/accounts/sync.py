@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from uuid import UUID
 
 import structlog
@@ -56,7 +57,17 @@ class ApiKeySync:
         except (KeyError, ValueError):
             logger.warning("ignoring malformed api key event", kind=kind)
 
-    async def run(self) -> None:
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Follow other replicas' changes until cancelled.
+
+        The index is (re)loaded after the subscription is in place, not before: a
+        change published while loading is then queued and applied on top instead of
+        falling into the gap between the two. Each restart after a lost connection
+        reloads too, since events published meanwhile are gone.
+        """
         async with self._bus.subscribe(CHANNEL) as events:
+            await self._index.reload()
+            if ready is not None:
+                ready.set()
             async for event in events:
                 self.apply(event)

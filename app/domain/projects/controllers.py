@@ -10,9 +10,12 @@ from litestar.params import Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import Project, User
+from app.domain.accounts.credential_services import RuntimeTokenService
 from app.domain.accounts.principals import Principal, UserPrincipal
+from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.services import UserService, normalize_email
 from app.domain.accounts.sync import ApiKeySync
+from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     MemberAdd,
     MemberOut,
@@ -43,6 +46,7 @@ def project_out(project: Project, role: str) -> ProjectOut:
 class ProjectController(Controller):
     path = "/api/projects"
     tags = ["projects"]
+    dependencies = {"principal": projects_principal}
 
     @get("/")
     async def list_projects(
@@ -103,12 +107,19 @@ class ProjectController(Controller):
         project_id: UUID,
         principal: Principal,
         projects_service: ProjectService,
+        runtime_tokens_service: RuntimeTokenService,
+        revocations: RevocationList,
         api_key_sync: ApiKeySync,
     ) -> None:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "delete this project")
+        # The rows go with the project (ON DELETE CASCADE), but a runtime JWT is
+        # checked without the database: mark every live one revoked.
+        tokens = await runtime_tokens_service.unexpired_in_project(project_id)
         await projects_service.delete(access.project.id, auto_commit=True)
         await api_key_sync.project_deleted(access.project.id)
+        for token in tokens:
+            await revocations.revoke(str(token.id), token.expires_at.timestamp())
 
     @get("/{project_id:uuid}/members")
     async def list_members(

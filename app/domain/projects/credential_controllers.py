@@ -13,6 +13,7 @@ from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
 from app.domain.projects.controllers import Limit, Offset
+from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     ApiKeyCreate,
     ApiKeyCreated,
@@ -34,6 +35,7 @@ def _creator(principal: Principal) -> UUID | None:
 class ApiKeyController(Controller):
     path = "/api/projects/{project_id:uuid}/api-keys"
     tags = ["projects"]
+    dependencies = {"principal": projects_principal}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_key(
@@ -99,6 +101,7 @@ class ApiKeyController(Controller):
 class RuntimeTokenController(Controller):
     path = "/api/projects/{project_id:uuid}/runtime-tokens"
     tags = ["projects"]
+    dependencies = {"principal": projects_principal}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_token(

@@ -9,7 +9,8 @@ from uuid import UUID
 import msgspec
 
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
-ProjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+# At least one visible character: names are stored stripped.
+ProjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
 Slug = Annotated[str, msgspec.Meta(pattern=SLUG_PATTERN, max_length=64)]
 Label = Annotated[str, msgspec.Meta(max_length=200)]
 Role = Literal["owner", "member"]

@@ -9,10 +9,10 @@ from typing import Literal
 from uuid import UUID, uuid4
 
 from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
-from advanced_alchemy.filters import LimitOffset, OrderBy
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
+from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import Project, ProjectMember, User
 from app.domain.accounts.principals import (
@@ -22,10 +22,34 @@ from app.domain.accounts.principals import (
     RuntimePrincipal,
     UserPrincipal,
 )
-from app.lib.errors import ConflictError, NotFoundError, PermissionDeniedError
+from app.lib.errors import (
+    AuthenticationError,
+    ConflictError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 
 AccessRole = Literal["admin", "owner", "member", "api_key"]
 PROJECT_NOT_FOUND = "project not found"
+
+
+def refuse_runtime_tokens(principal: Principal) -> None:
+    if isinstance(principal, RuntimePrincipal):
+        raise PermissionDeniedError(
+            "runtime tokens only reach the runtime API", code="runtime_token_not_allowed"
+        )
+
+
+def _shown_role(is_admin: bool, membership: str | None) -> AccessRole | None:
+    """The caller's role: an owner is shown as owner even when also a platform admin
+    (it is what creating the project answered); admins rank above plain members."""
+    if membership == "owner":
+        return "owner"
+    if is_admin:
+        return "admin"
+    if membership == "member":
+        return "member"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +100,8 @@ class ProjectService(SQLAlchemyAsyncRepositoryService[Project]):
             await session.flush()
             session.add(ProjectMember(project_id=project.id, user_id=owner_id, role="owner"))
             await session.commit()
-        except IntegrityError as exc:
+        except (IntegrityError, SQLAlchemyIntegrityError) as exc:
+            # Two requests raced past the check above: the unique index decides.
             await session.rollback()
             raise ConflictError("this slug is taken", code="slug_taken", param="slug") from exc
         return project
@@ -96,63 +121,82 @@ class ProjectService(SQLAlchemyAsyncRepositoryService[Project]):
     async def visible_page(
         self, principal: Principal, limit: int, offset: int
     ) -> tuple[Sequence[tuple[Project, AccessRole]], int]:
-        order = OrderBy(field_name="created_at", sort_order="desc")
-        page = LimitOffset(limit=limit, offset=offset)
-        if isinstance(principal, AdminTokenPrincipal) or await self._is_admin(principal):
-            projects, total = await self.get_many_and_count(order, page)
-            return [(p, "admin") for p in projects], total
+        refuse_runtime_tokens(principal)
+        session = self.repository.session
+        newest_first = (Project.created_at.desc(), Project.id.desc())
+        if isinstance(principal, AdminTokenPrincipal):
+            total = await session.scalar(select(func.count()).select_from(Project))
+            projects = await session.scalars(
+                select(Project).order_by(*newest_first).limit(limit).offset(offset)
+            )
+            return [(p, "admin") for p in projects], int(total or 0)
         if isinstance(principal, ApiKeyPrincipal):
-            projects, total = await self.get_many_and_count(
-                Project.id == principal.project_id, order, page
+            project = await self.get_one_or_none(Project.id == principal.project_id)
+            rows: list[tuple[Project, AccessRole]] = (
+                [] if project is None else [(project, "api_key")]
             )
-            return [(p, "api_key") for p in projects], total
-        if isinstance(principal, UserPrincipal):
-            session = self.repository.session
-            base = (
-                select(Project, ProjectMember.role)
-                .join(ProjectMember, ProjectMember.project_id == Project.id)
-                .where(ProjectMember.user_id == principal.user_id)
-            )
-            total = (
-                await session.execute(select(func.count()).select_from(base.subquery()))
-            ).scalar_one()
-            rows = await session.execute(
-                base.order_by(Project.created_at.desc()).limit(limit).offset(offset)
-            )
-            return [(p, role) for p, role in rows.tuples()], int(total)
-        return [], 0
+            return rows[offset : offset + limit], len(rows)
+        if not isinstance(principal, UserPrincipal):
+            return [], 0
+        is_admin = await self._active_user_is_admin(principal.user_id)
+        membership = and_(
+            ProjectMember.project_id == Project.id, ProjectMember.user_id == principal.user_id
+        )
+        if is_admin:
+            base = select(Project, ProjectMember.role).outerjoin(ProjectMember, membership)
+        else:
+            base = select(Project, ProjectMember.role).join(ProjectMember, membership)
+        total = await session.scalar(select(func.count()).select_from(base.subquery()))
+        result = await session.execute(base.order_by(*newest_first).limit(limit).offset(offset))
+        page: list[tuple[Project, AccessRole]] = []
+        for project, member_role in result.tuples():
+            role = _shown_role(is_admin, member_role)
+            if role is not None:
+                page.append((project, role))
+        return page, int(total or 0)
 
     async def access(self, principal: Principal, project_id: UUID) -> ProjectAccess:
         """The caller's access to a project; a project they cannot see is a 404."""
-        if isinstance(principal, RuntimePrincipal):
-            raise PermissionDeniedError(
-                "runtime tokens only reach the runtime API", code="runtime_token_not_allowed"
-            )
+        refuse_runtime_tokens(principal)
         project = await self.get_one_or_none(Project.id == project_id)
         if project is None:
             raise NotFoundError(PROJECT_NOT_FOUND, code="project_not_found")
-        if isinstance(principal, AdminTokenPrincipal) or await self._is_admin(principal):
+        if isinstance(principal, AdminTokenPrincipal):
             return ProjectAccess(project, "admin")
         if isinstance(principal, ApiKeyPrincipal) and principal.project_id == project_id:
             return ProjectAccess(project, "api_key")
         if isinstance(principal, UserPrincipal):
-            role = await self.repository.session.scalar(
-                select(ProjectMember.role).where(
-                    ProjectMember.project_id == project_id,
-                    ProjectMember.user_id == principal.user_id,
+            row = (
+                await self.repository.session.execute(
+                    select(User.is_admin, User.disabled, ProjectMember.role)
+                    .outerjoin(
+                        ProjectMember,
+                        and_(
+                            ProjectMember.user_id == User.id,
+                            ProjectMember.project_id == project_id,
+                        ),
+                    )
+                    .where(User.id == principal.user_id)
                 )
-            )
-            if role in ("owner", "member"):
+            ).first()
+            if row is None or row.disabled:
+                raise _account_disabled()
+            role = _shown_role(bool(row.is_admin), row.role)
+            if role is not None:
                 return ProjectAccess(project, role)
         raise NotFoundError(PROJECT_NOT_FOUND, code="project_not_found")
 
-    async def _is_admin(self, principal: Principal) -> bool:
-        if not isinstance(principal, UserPrincipal):
-            return False
-        is_admin = await self.repository.session.scalar(
-            select(User.is_admin).where(User.id == principal.user_id, User.disabled.is_(False))
-        )
-        return bool(is_admin)
+    async def _active_user_is_admin(self, user_id: UUID) -> bool:
+        """Whether the user is a platform admin; a disabled (or deleted) account's
+        still-valid access token is refused, as it is everywhere else."""
+        row = (
+            await self.repository.session.execute(
+                select(User.is_admin, User.disabled).where(User.id == user_id)
+            )
+        ).first()
+        if row is None or row.disabled:
+            raise _account_disabled()
+        return bool(row.is_admin)
 
     async def _free_slug(self, base: str) -> str:
         candidate, n = base, 1
@@ -161,6 +205,10 @@ class ProjectService(SQLAlchemyAsyncRepositoryService[Project]):
             suffix = f"-{n}"
             candidate = base[: 64 - len(suffix)] + suffix
         return candidate
+
+
+def _account_disabled() -> AuthenticationError:
+    return AuthenticationError("this account is disabled", code="account_disabled")
 
 
 class ProjectMemberService(SQLAlchemyAsyncRepositoryService[ProjectMember]):
@@ -182,7 +230,7 @@ class ProjectMemberService(SQLAlchemyAsyncRepositoryService[ProjectMember]):
             select(ProjectMember, User)
             .join(User, User.id == ProjectMember.user_id)
             .where(ProjectMember.project_id == project_id)
-            .order_by(ProjectMember.created_at)
+            .order_by(ProjectMember.created_at, ProjectMember.id)
             .limit(limit)
             .offset(offset)
         )

@@ -1,0 +1,140 @@
+"""The error shape for framework-level failures, and the operations endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+from dataclasses import replace
+
+import pytest
+from litestar import get
+from litestar.testing import AsyncTestClient
+
+from tests.helpers import assert_error, new_user
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_unknown_route_is_a_404_in_the_error_shape(any_client):
+    response = await any_client.get("/api/nope", headers={"X-Request-ID": "lost-1"})
+    error = assert_error(response, 404, "not_found")
+    assert error["type"] == "not_found_error"
+    assert response.headers["x-request-id"] == "lost-1"
+
+
+async def test_wrong_method_is_a_405_in_the_error_shape(any_client):
+    assert_error(await any_client.put("/api/auth/login", json={}), 405, "method_not_allowed")
+
+
+async def test_malformed_json_is_a_400(any_client):
+    response = await any_client.post(
+        "/api/auth/login",
+        content=b'{"email": "a@b.c", "password": ',
+        headers={"Content-Type": "application/json"},
+    )
+    assert_error(response, 400)
+
+
+async def test_body_over_the_limit_is_a_413(make_app, pg_settings):
+    settings = replace(pg_settings, max_body_bytes=2048)
+    async with AsyncTestClient(app=make_app(settings)) as client:
+        body = {"email": "big@example.com", "password": "x" * 4000}
+        assert_error(await client.post("/api/auth/login", json=body), 413, "request_too_large")
+        # Just under the limit is processed normally (here: a validation error, not 413).
+        small = await client.post("/api/auth/login", json={"email": "x", "password": "y"})
+        assert small.status_code == 400
+
+
+async def test_unexpected_error_is_a_500_with_request_id_and_no_trace(make_app, pg_settings):
+    @get("/test/explode", sync_to_thread=False)
+    def explode() -> None:
+        raise RuntimeError("secret internal detail")
+
+    app = make_app(pg_settings)
+    app.register(explode)
+    async with AsyncTestClient(app=app) as client:
+        response = await client.get("/test/explode", headers={"X-Request-ID": "req-123"})
+    error = assert_error(response, 500, "internal_error")
+    assert "req-123" in error["message"]
+    assert "secret internal detail" not in response.text
+    assert "Traceback" not in response.text
+    assert response.headers["x-request-id"] == "req-123"
+
+
+async def test_request_id_is_echoed_or_generated(any_client):
+    given = await any_client.get("/healthz", headers={"X-Request-ID": "abc-42"})
+    assert given.headers["x-request-id"] == "abc-42"
+    generated = await any_client.get("/healthz")
+    assert len(generated.headers["x-request-id"]) == 32
+    hostile = await any_client.get("/healthz", headers={"X-Request-ID": "a b\tc" + "x" * 200})
+    assert hostile.headers["x-request-id"] != "a b\tc" + "x" * 200
+    assert len(hostile.headers["x-request-id"]) == 32
+
+
+async def test_healthz_and_readyz(client):
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "checks": {"database": "ok", "redis": "ok"}}
+
+
+async def test_readyz_without_redis_configured(make_app, sqlite_settings):
+    async with AsyncTestClient(app=make_app(sqlite_settings)) as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"database": "ok", "redis": "not configured"}
+
+
+async def test_readyz_reports_503_when_redis_goes_away(make_app, pg_settings):
+    redis_server = shutil.which("redis-server")
+    assert redis_server, "redis-server must be installed (.ci/run installs services)"
+    port = _free_port()
+    process = subprocess.Popen(
+        [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(50):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        settings = replace(pg_settings, redis_url=f"redis://127.0.0.1:{port}/0")
+        async with AsyncTestClient(app=make_app(settings)) as client:
+            assert (await client.get("/readyz")).status_code == 200
+            process.terminate()
+            process.wait(timeout=10)
+            response = await client.get("/readyz")
+            assert response.status_code == 503
+            assert response.json()["checks"]["redis"] == "unreachable"
+            assert response.json()["checks"]["database"] == "ok"
+            # Liveness is about the process, not its dependencies.
+            assert (await client.get("/healthz")).status_code == 200
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+async def test_metrics_count_requests_by_route_template(client):
+    _, headers = await new_user(client)
+    await client.get("/api/projects", headers=headers)
+    await client.get("/api/does-not-exist")
+    text = (await client.get("/metrics")).text
+    assert 'arona_http_requests_total{method="GET",route="/api/projects",status="200"}' in text
+    assert 'route="unmatched",status="404"' in text
+    assert "arona_http_request_duration_seconds_bucket" in text
+
+
+@pytest.mark.parametrize("path", ["/api/auth/me", "/api/projects"])
+async def test_missing_credentials_are_a_401(any_client, path):
+    response = await any_client.get(path)
+    assert_error(response, 401, "missing_credentials")
+    assert response.headers["www-authenticate"] == "Bearer"

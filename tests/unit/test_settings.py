@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from app.lib.settings import (
+    DEFAULT_DATABASE_URL,
+    DEFAULT_MAX_BODY_BYTES,
+    Settings,
+    SettingsError,
+    load_settings,
+    parse_vault_keys,
+)
+
+KEY = base64.b64encode(b"k" * 32).decode()
+
+
+def test_defaults_are_the_embedded_first_run():
+    settings = load_settings({})
+    assert settings.database_url == DEFAULT_DATABASE_URL == "sqlite+aiosqlite:///./arona.db"
+    assert settings.redis_url is None
+    assert settings.port == 8420
+    assert settings.host == "127.0.0.1"
+    assert settings.max_body_bytes == DEFAULT_MAX_BODY_BYTES == 4 * 1024 * 1024
+    assert settings.cors_origins == ()
+    assert settings.registration_open is False
+
+
+def test_environment_is_read():
+    settings = load_settings(
+        {
+            "ARONA_DATABASE_URL": "postgresql+asyncpg://db/arona",
+            "ARONA_REDIS_URL": "redis://cache:6379/0",
+            "ARONA_JWT_SECRET": "s" * 40,
+            "ARONA_VAULT_KEYS": f"new:{KEY},old:{KEY}",
+            "ARONA_ADMIN_TOKEN": "admin-token",
+            "ARONA_HOST": "0.0.0.0",
+            "ARONA_PORT": "9000",
+            "ARONA_MAX_BODY_BYTES": "8192",
+            "ARONA_CORS_ORIGINS": "https://a.example, https://b.example",
+            "ARONA_LOG_FORMAT": "json",
+            "ARONA_REGISTRATION_OPEN": "true",
+        }
+    )
+    assert settings.redis_url == "redis://cache:6379/0"
+    assert [k.kid for k in settings.vault_keys] == ["new", "old"]
+    assert settings.port == 9000
+    assert settings.max_body_bytes == 8192
+    assert settings.cors_origins == ("https://a.example", "https://b.example")
+    assert settings.log_format == "json"
+    assert settings.registration_open is True
+    settings.validate()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ARONA_PORT": "http"}, "ARONA_PORT must be an integer"),
+        ({"ARONA_LOG_FORMAT": "xml"}, "ARONA_LOG_FORMAT must be json or console"),
+        ({"ARONA_REGISTRATION_OPEN": "perhaps"}, "must be a boolean"),
+        ({"ARONA_MAX_BODY_BYTES": "10"}, "must be >= 1024"),
+        ({"ARONA_VAULT_KEYS": "nokid"}, "kid:base64"),
+        ({"ARONA_VAULT_KEYS": "a:!!!"}, "not valid base64"),
+        ({"ARONA_VAULT_KEYS": f"a:{base64.b64encode(b'short').decode()}"}, "32 bytes"),
+        ({"ARONA_VAULT_KEYS": f"a:{KEY},a:{KEY}"}, "twice"),
+    ],
+)
+def test_malformed_settings_are_refused_with_the_variable_named(env, message):
+    with pytest.raises(SettingsError, match=message):
+        load_settings(env)
+
+
+def test_validate_refuses_missing_or_short_secret_and_missing_vault_keys():
+    with pytest.raises(SettingsError, match="missing"):
+        Settings(vault_keys=parse_vault_keys(f"a:{KEY}")).validate()
+    with pytest.raises(SettingsError, match="too short"):
+        Settings(jwt_secret="x" * 10, vault_keys=parse_vault_keys(f"a:{KEY}")).validate()
+    with pytest.raises(SettingsError, match="ARONA_VAULT_KEYS"):
+        Settings(jwt_secret="x" * 40).validate()
+
+
+def test_vault_key_material_is_not_in_repr():
+    settings = load_settings({"ARONA_VAULT_KEYS": f"a:{KEY}"})
+    assert KEY not in repr(settings)
+    assert repr(b"k" * 32) not in repr(settings)
