@@ -20,13 +20,14 @@ def _settings(**overrides: object) -> Settings:
 
 
 def _check_ready_to_serve(settings: Settings) -> None:
-    from app.db.config import build_db_config
-    from app.db.migrate import DatabaseNotMigratedError, ensure_migrated
-
+    # Validate before importing the database stack: a bad setting should fail fast.
     try:
         settings.validate()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from exc
+
+    from app.db.config import build_db_config
+    from app.db.migrate import DatabaseNotMigratedError, ensure_migrated
 
     async def check() -> None:
         engine = build_db_config(settings).get_engine()
@@ -42,11 +43,12 @@ def _check_ready_to_serve(settings: Settings) -> None:
 
 
 def _serve(settings: Settings) -> None:
+    _check_ready_to_serve(settings)
+
     import uvicorn
 
     from app.server.app import create_app
 
-    _check_ready_to_serve(settings)
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -52,7 +52,6 @@ class Settings:
     login_max_attempts: int = 10
     login_window_seconds: int = 300
     db_pool_size: int = 10
-    key_cache_ttl_seconds: float = 30.0
     negative_key_cache_ttl_seconds: float = 5.0
     last_used_flush_seconds: float = 10.0
 

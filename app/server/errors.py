@@ -9,7 +9,7 @@ import structlog
 from advanced_alchemy.exceptions import DuplicateKeyError
 from advanced_alchemy.exceptions import NotFoundError as RepositoryNotFoundError
 from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.types import ExceptionHandlersMap
 
 from app.lib.errors import AronaError, error_body
@@ -56,11 +56,29 @@ def _validation_param(extra: Any) -> tuple[str | None, str | None]:
             named = _FIELD_IN_MESSAGE.search(message)
             if named:
                 key = named.group(1)
+        if key == "data" and first.get("source") == "body":
+            # The body as a whole is wrong (not an object, say): no field to name, and
+            # `data` is only the handler's argument name.
+            key = None
         return (str(key) if key else None, str(message) if message else None)
     return None, None
 
 
+def _body_missing(extra: Any) -> bool:
+    """Litestar reports an absent body as a KeyError for the ``data`` argument."""
+    return (
+        isinstance(extra, list)
+        and len(extra) == 1
+        and isinstance(extra[0], dict)
+        and extra[0].get("key") == "data"
+        and extra[0].get("message") == "'data'"
+    )
+
+
 def handle_validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    if _body_missing(exc.extra):
+        message = "request body is missing: expected a JSON object"
+        return _json(400, error_body(400, message, "invalid_json"))
     param, detail = _validation_param(exc.extra)
     if detail and param:
         message = f"invalid value for `{param}`: {detail}"
@@ -82,6 +100,11 @@ def handle_http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Resp
         message = "no such route" if exc.detail in ("", "Not Found") else exc.detail
     if status == 413:
         message = "request body is larger than the limit"
+    if status == 400 and isinstance(exc.__cause__, SerializationException):
+        # Litestar's wrapper for a body msgspec could not decode.
+        code = "invalid_json"
+        if "JSON" not in message:
+            message = f"request body is not valid JSON: {message}"
     headers = dict(exc.headers) if exc.headers else None
     return _json(status, error_body(status, message, code), headers)
 

@@ -95,8 +95,18 @@ async def test_readyz_reports_503_when_redis_goes_away(make_app, pg_settings):
     redis_server = shutil.which("redis-server")
     assert redis_server, "redis-server must be installed (.ci/run installs services)"
     port = _free_port()
-    process = subprocess.Popen(
-        [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+    process = subprocess.Popen(  # noqa: ASYNC220 (a daemon started once; no waiting)
+        [
+            redis_server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

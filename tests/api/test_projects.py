@@ -57,7 +57,8 @@ async def test_create_and_get_project(any_client: Client) -> None:
     assert body["slug"] == slug
     assert body["ownerId"] == str(user_id)
     assert body["role"] == "owner"
-    assert ISO_UTC.match(body["createdAt"]) and ISO_UTC.match(body["updatedAt"])
+    assert ISO_UTC.match(body["createdAt"])
+    assert ISO_UTC.match(body["updatedAt"])
     uuid.UUID(body["id"])
 
     fetched = await any_client.get(f"/api/projects/{body['id']}", headers=headers)
@@ -123,7 +124,9 @@ async def test_create_rejects_invalid_bodies(
 
 
 @pytest.mark.parametrize("payload", [[], "a string", 3])
-async def test_create_rejects_a_body_that_is_not_an_object(any_client: Client, payload: Any) -> None:
+async def test_create_rejects_a_body_that_is_not_an_object(
+    any_client: Client, payload: Any
+) -> None:
     _, headers = await new_user(any_client)
     response = await any_client.post("/api/projects", json=payload, headers=headers)
     assert_error(response, 400)
@@ -215,7 +218,8 @@ async def test_patch_updates_only_the_given_fields(any_client: Client) -> None:
     assert same.status_code == 200, same.text
 
     fetched = (await any_client.get(url, headers=headers)).json()
-    assert fetched["name"] == "After" and fetched["slug"] == new_slug
+    assert fetched["name"] == "After"
+    assert fetched["slug"] == new_slug
 
     # The old slug is free again.
     reuse = await create(any_client, headers, name="Reuse", slug=project["slug"])
@@ -271,7 +275,9 @@ async def test_project_list_paginates(any_client: Client) -> None:
     assert everything.status_code == 200, everything.text
     body = everything.json()
     assert set(body) == {"items", "total", "limit", "offset"}
-    assert body["total"] == 5 and body["limit"] == 50 and body["offset"] == 0
+    assert body["total"] == 5
+    assert body["limit"] == 50
+    assert body["offset"] == 0
     assert [p["id"] for p in body["items"]] == newest_first
     assert all(set(p) == PROJECT_FIELDS and p["role"] == "owner" for p in body["items"])
 
@@ -280,14 +286,17 @@ async def test_project_list_paginates(any_client: Client) -> None:
         page = await any_client.get(f"/api/projects?limit=2&offset={offset}", headers=headers)
         assert page.status_code == 200, page.text
         data = page.json()
-        assert data["total"] == 5 and data["limit"] == 2 and data["offset"] == offset
+        assert data["total"] == 5
+        assert data["limit"] == 2
+        assert data["offset"] == offset
         seen += [p["id"] for p in data["items"]]
     assert seen == newest_first
 
     past_end = (await any_client.get("/api/projects?offset=10", headers=headers)).json()
     assert past_end == {"items": [], "total": 5, "limit": 50, "offset": 10}
     widest = await any_client.get("/api/projects?limit=500", headers=headers)
-    assert widest.status_code == 200 and widest.json()["limit"] == 500
+    assert widest.status_code == 200
+    assert widest.json()["limit"] == 500
 
 
 @pytest.mark.parametrize(
@@ -334,7 +343,9 @@ async def test_members_list_paginates(client: Client) -> None:
     assert full["items"][0]["userId"] == str(owner_id)
     assert all(set(m) == MEMBER_FIELDS for m in full["items"])
     page = (await client.get(f"{url}?limit=2&offset=1", headers=owner)).json()
-    assert page["total"] == 4 and page["limit"] == 2 and page["offset"] == 1
+    assert page["total"] == 4
+    assert page["limit"] == 2
+    assert page["offset"] == 1
     assert [m["email"] for m in page["items"]] == emails[:2]
 
 
@@ -360,15 +371,18 @@ async def test_member_lifecycle_and_read_only_role(client: Client) -> None:
     assert added.status_code == 201, added.text
     body = added.json()
     assert set(body) == MEMBER_FIELDS
-    assert body["email"] == member_email and body["role"] == "member"
+    assert body["email"] == member_email
+    assert body["role"] == "member"
     assert ISO_UTC.match(body["addedAt"])
     member_id = body["userId"]
 
     # Members read.
     got = await client.get(f"/api/projects/{pid}", headers=member)
-    assert got.status_code == 200 and got.json()["role"] == "member"
+    assert got.status_code == 200
+    assert got.json()["role"] == "member"
     listed = (await client.get("/api/projects", headers=member)).json()
-    assert listed["total"] == 1 and listed["items"][0]["role"] == "member"
+    assert listed["total"] == 1
+    assert listed["items"][0]["role"] == "member"
     for path in ("members", "api-keys", "runtime-tokens"):
         response = await client.get(f"/api/projects/{pid}/{path}", headers=member)
         assert response.status_code == 200, (path, response.text)
@@ -428,7 +442,9 @@ async def test_the_owner_cannot_be_removed(any_client: Client) -> None:
         f"/api/projects/{project['id']}/members/{owner_id}", headers=owner
     )
     assert_error(response, 409, "owner_not_removable")
-    assert (await any_client.get(f"/api/projects/{project['id']}", headers=owner)).status_code == 200
+    assert (
+        await any_client.get(f"/api/projects/{project['id']}", headers=owner)
+    ).status_code == 200
 
 
 async def test_add_member_errors(any_client: Client) -> None:
@@ -508,7 +524,9 @@ async def test_delete_project_takes_its_credentials_with_it(
             assert_error(await client.get(f"/api/projects/{pid}", headers=headers), 404)
             assert (await client.get("/api/projects", headers=headers)).json()["total"] == 0
         assert_error(await client.get("/api/projects", headers=bearer(key)), 401, "invalid_api_key")
-        assert_error(await client.get("/api/runtime/me", headers=bearer(token)), 401, "token_revoked")
+        assert_error(
+            await client.get("/api/runtime/me", headers=bearer(token)), 401, "token_revoked"
+        )
         again = await client.delete(f"/api/projects/{pid}", headers=owner)
         assert_error(again, 404, "project_not_found")
 
@@ -577,16 +595,19 @@ async def test_another_tenants_project_is_a_404_on_every_route(any_client: Clien
 
     # Alice's project and credentials are untouched.
     fetched = await client.get(f"/api/projects/{pid}", headers=alice)
-    assert fetched.status_code == 200 and fetched.json()["name"] == project["name"]
+    assert fetched.status_code == 200
+    assert fetched.json()["name"] == project["name"]
     assert (await client.get(f"/api/projects/{pid}", headers=bearer(key["key"]))).status_code == 200
     me = await client.get("/api/runtime/me", headers=bearer(token["token"]))
     assert me.status_code == 200
     members = (await client.get(f"/api/projects/{pid}/members", headers=alice)).json()
     assert members["total"] == 1
     keys = (await client.get(f"/api/projects/{pid}/api-keys", headers=alice)).json()
-    assert keys["total"] == 1 and keys["items"][0]["revokedAt"] is None
+    assert keys["total"] == 1
+    assert keys["items"][0]["revokedAt"] is None
     tokens = (await client.get(f"/api/projects/{pid}/runtime-tokens", headers=alice)).json()
-    assert tokens["total"] == 1 and tokens["items"][0]["revokedAt"] is None
+    assert tokens["total"] == 1
+    assert tokens["items"][0]["revokedAt"] is None
     # Bob's list does not show it either.
     bob_list = (await client.get("/api/projects", headers=bob)).json()
     assert [p["id"] for p in bob_list["items"]] == [bob_project["id"]]
@@ -667,7 +688,8 @@ async def test_runtime_tokens_are_refused_on_every_projects_route(any_client: Cl
         assert error["code"] == "runtime_token_not_allowed", (method, url, error)
     # Nothing happened on the way.
     fetched = await any_client.get(f"/api/projects/{project['id']}", headers=headers)
-    assert fetched.status_code == 200 and fetched.json()["name"] == project["name"]
+    assert fetched.status_code == 200
+    assert fetched.json()["name"] == project["name"]
     assert (await any_client.get("/api/projects", headers=headers)).json()["total"] == 1
     assert (await any_client.get("/api/runtime/me", headers=runtime)).status_code == 200
 
@@ -681,14 +703,18 @@ async def test_api_keys_manage_credentials_only(any_client: Client) -> None:
     automation = bearer((await create_api_key(client, pid, owner))["key"])
 
     got = await client.get(f"/api/projects/{pid}", headers=automation)
-    assert got.status_code == 200 and got.json()["role"] == "api_key"
+    assert got.status_code == 200
+    assert got.json()["role"] == "api_key"
     listed = (await client.get("/api/projects", headers=automation)).json()
-    assert listed["total"] == 1 and listed["items"][0]["role"] == "api_key"
+    assert listed["total"] == 1
+    assert listed["items"][0]["role"] == "api_key"
     assert (await client.get(f"/api/projects/{pid}/members", headers=automation)).status_code == 200
 
     # Credentials: yes.
     made = await create_api_key(client, pid, automation, name="made by a key")
-    assert (await client.get(f"/api/projects/{pid}", headers=bearer(made["key"]))).status_code == 200
+    assert (
+        await client.get(f"/api/projects/{pid}", headers=bearer(made["key"]))
+    ).status_code == 200
     token = await create_runtime_token(client, pid, automation)
     revoked = await client.delete(f"/api/projects/{pid}/api-keys/{made['id']}", headers=automation)
     assert revoked.status_code == 204
@@ -706,9 +732,7 @@ async def test_api_keys_manage_credentials_only(any_client: Client) -> None:
     ]:
         assert_error(await call(client, method, url, body, automation), 403, "insufficient_role")
     # Creating a project needs a user behind the request (someone must own it).
-    assert_error(
-        await create(client, automation, name="by a key"), 403, "user_token_required"
-    )
+    assert_error(await create(client, automation, name="by a key"), 403, "user_token_required")
     assert (await client.get("/api/projects", headers=owner)).json()["total"] == 1
 
 
@@ -735,21 +759,26 @@ async def test_the_admin_token_sees_and_manages_every_project(
         assert all(p["role"] == "admin" for p in body["items"])
 
         page = (await client.get("/api/projects?limit=1&offset=1", headers=admin)).json()
-        assert page["total"] == body["total"] and len(page["items"]) == 1
+        assert page["total"] == body["total"]
+        assert len(page["items"]) == 1
         assert page["items"][0]["id"] == body["items"][1]["id"]
 
         pid = projects[0]["id"]
         got = await client.get(f"/api/projects/{pid}", headers=admin)
-        assert got.status_code == 200 and got.json()["role"] == "admin"
+        assert got.status_code == 200
+        assert got.json()["role"] == "admin"
         patched = await client.patch(f"/api/projects/{pid}", json={"name": "Ops"}, headers=admin)
-        assert patched.status_code == 200 and patched.json()["name"] == "Ops"
+        assert patched.status_code == 200
+        assert patched.json()["name"] == "Ops"
         added = await client.post(
             f"/api/projects/{pid}/members", json={"email": member_email}, headers=admin
         )
         assert added.status_code == 201, added.text
         assert (await client.get(f"/api/projects/{pid}", headers=member)).status_code == 200
         key = await create_api_key(client, pid, admin)
-        assert (await client.get(f"/api/projects/{pid}", headers=bearer(key["key"]))).status_code == 200
+        assert (
+            await client.get(f"/api/projects/{pid}", headers=bearer(key["key"]))
+        ).status_code == 200
         owner_removal = await client.delete(
             f"/api/projects/{pid}/members/{projects[0]['ownerId']}", headers=admin
         )
@@ -758,7 +787,9 @@ async def test_the_admin_token_sees_and_manages_every_project(
 
         deleted = await client.delete(f"/api/projects/{projects[1]['id']}", headers=admin)
         assert deleted.status_code == 204
-        assert_error(await client.get(f"/api/projects/{projects[1]['id']}", headers=owners[1][1]), 404)
+        assert_error(
+            await client.get(f"/api/projects/{projects[1]['id']}", headers=owners[1][1]), 404
+        )
 
     # Without ARONA_ADMIN_TOKEN configured the same string is just an invalid token.
     async with AsyncTestClient(app=make_app(pg_settings)) as client:
@@ -779,8 +810,11 @@ async def test_an_admin_user_sees_every_project(client: Client) -> None:
     assert listed["total"] >= 2
 
     got = await client.get(f"/api/projects/{theirs['id']}", headers=admin)
-    assert got.status_code == 200 and got.json()["role"] == "admin"
-    assert (await client.get(f"/api/projects/{mine['id']}", headers=admin)).json()["role"] == "owner"
+    assert got.status_code == 200
+    assert got.json()["role"] == "admin"
+    assert (await client.get(f"/api/projects/{mine['id']}", headers=admin)).json()[
+        "role"
+    ] == "owner"
     patched = await client.patch(
         f"/api/projects/{theirs['id']}", json={"name": "Renamed by admin"}, headers=admin
     )
@@ -794,9 +828,7 @@ async def test_an_admin_user_sees_every_project(client: Client) -> None:
     assert (await client.get("/api/projects", headers=admin)).json()["total"] == 1
 
 
-async def test_the_first_user_is_a_platform_admin(
-    tmp_path: Any, make_app: AppFactory
-) -> None:
+async def test_the_first_user_is_a_platform_admin(tmp_path: Any, make_app: AppFactory) -> None:
     settings = base_settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}")
     await asyncio.to_thread(upgrade, settings)
     async with AsyncTestClient(app=make_app(settings)) as client:
@@ -806,7 +838,8 @@ async def test_the_first_user_is_a_platform_admin(
         assert (await client.get("/api/auth/me", headers=second)).json()["isAdmin"] is False
         theirs = await new_project(client, second)
         listed = (await client.get("/api/projects", headers=first)).json()
-        assert listed["total"] == 1 and listed["items"][0]["id"] == theirs["id"]
+        assert listed["total"] == 1
+        assert listed["items"][0]["id"] == theirs["id"]
         assert listed["items"][0]["role"] == "admin"
         assert (await client.get("/api/projects", headers=second)).json()["total"] == 1
         _, third = await new_user(client, "third")

@@ -34,9 +34,17 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [ARONA, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120, check=False
+        [ARONA, *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -45,7 +53,12 @@ def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str, subprocess.Pope
     port = _free_port()
     env = _env(tmp_path, ARONA_PORT=str(port))
     process = subprocess.Popen(
-        [ARONA, "demo"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [ARONA, "demo"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     output: list[str] = []
     base = f"http://127.0.0.1:{port}"
@@ -62,7 +75,8 @@ def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str, subprocess.Pope
         text = "".join(output)
         key = re.search(r"demo API key\s+(ak-\S+)", text)
         project = re.search(r"demo project\s+(\S+)", text)
-        assert key and project, text
+        assert key, text
+        assert project, text
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
@@ -80,10 +94,14 @@ def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str, subprocess.Pope
 
 def test_demo_serves_and_the_printed_key_reaches_an_authenticated_endpoint(demo_server, tmp_path):
     base, key, project_id, _ = demo_server
-    response = httpx.get(f"{base}/api/projects/{project_id}", headers={"Authorization": f"Bearer {key}"})
+    response = httpx.get(
+        f"{base}/api/projects/{project_id}", headers={"Authorization": f"Bearer {key}"}
+    )
     assert response.status_code == 200, response.text
     assert response.json()["slug"] == "demo"
-    denied = httpx.get(f"{base}/api/projects/{project_id}", headers={"Authorization": "Bearer ak-wrong"})
+    denied = httpx.get(
+        f"{base}/api/projects/{project_id}", headers={"Authorization": "Bearer ak-wrong"}
+    )
     assert denied.status_code == 401
     assert denied.json()["error"]["code"] == "invalid_api_key"
     # The embedded default keeps everything in the data dir (SQLite file + secrets).
@@ -131,10 +149,14 @@ def test_serve_refuses_unmigrated_database_then_migrate_and_create_admin(tmp_pat
     migrated = _run(["migrate"], env)
     assert migrated.returncode == 0, migrated.stderr
     assert "database is at revision" in migrated.stdout
-    created = _run(["create-admin", "Ops@Example.com", "--password-stdin"], env, stdin="a-long-password\n")
+    created = _run(
+        ["create-admin", "Ops@Example.com", "--password-stdin"], env, stdin="a-long-password\n"
+    )
     assert created.returncode == 0, created.stderr
     assert "created admin ops@example.com" in created.stdout
-    again = _run(["create-admin", "ops@example.com", "--password-stdin"], env, stdin="another-password\n")
+    again = _run(
+        ["create-admin", "ops@example.com", "--password-stdin"], env, stdin="another-password\n"
+    )
     assert "promoted admin ops@example.com" in again.stdout
     weak = _run(["create-admin", "x@example.com", "--password-stdin"], env, stdin="short\n")
     assert weak.returncode != 0
@@ -146,7 +168,11 @@ def test_version_and_module_entry_point(tmp_path):
     assert version.returncode == 0
     assert re.match(r"^\d+\.\d+", version.stdout.strip())
     module = subprocess.run(
-        [sys.executable, "-m", "app", "version"], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-m", "app", "version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert module.stdout.strip() == version.stdout.strip()
 
