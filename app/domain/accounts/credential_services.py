@@ -6,7 +6,6 @@ import datetime
 from collections.abc import Sequence
 from uuid import UUID, uuid4
 
-from advanced_alchemy.filters import LimitOffset, OrderBy
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 
@@ -15,6 +14,7 @@ from app.domain.accounts.services import RUNTIME_AUDIENCE
 from app.lib.clock import utcnow
 from app.lib.errors import NotFoundError
 from app.lib.hashing import random_secret, sha256_hex
+from app.lib.pagination import newest_first
 from app.lib.tokens import IssuedToken, TokenService
 
 API_KEY_PREFIX = "ak-"
@@ -46,10 +46,7 @@ class ApiKeyService(SQLAlchemyAsyncRepositoryService[ApiKey]):
 
     async def page(self, project_id: UUID, limit: int, offset: int) -> tuple[Sequence[ApiKey], int]:
         return await self.get_many_and_count(
-            ApiKey.project_id == project_id,
-            OrderBy(field_name="created_at", sort_order="desc"),
-            OrderBy(field_name="id", sort_order="desc"),
-            LimitOffset(limit=limit, offset=offset),
+            ApiKey.project_id == project_id, *newest_first(limit, offset)
         )
 
     async def get_in_project(self, project_id: UUID, key_id: UUID) -> ApiKey:
@@ -105,10 +102,7 @@ class RuntimeTokenService(SQLAlchemyAsyncRepositoryService[RuntimeToken]):
         self, project_id: UUID, limit: int, offset: int
     ) -> tuple[Sequence[RuntimeToken], int]:
         return await self.get_many_and_count(
-            RuntimeToken.project_id == project_id,
-            OrderBy(field_name="created_at", sort_order="desc"),
-            OrderBy(field_name="id", sort_order="desc"),
-            LimitOffset(limit=limit, offset=offset),
+            RuntimeToken.project_id == project_id, *newest_first(limit, offset)
         )
 
     async def revoke(self, project_id: UUID, token_id: UUID) -> RuntimeToken:
