@@ -60,7 +60,7 @@ def _key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup
                     ApiKey.revoked_at.is_(None)
                 )
             )
-            return [(h, ActiveApiKey(key_id=i, project_id=p)) for h, i, p in rows.tuples()]
+            return [(h, ActiveApiKey(key_id=i, project_id=p)) for h, i, p in rows]
 
     async def lookup_one(key_hash: str) -> ActiveApiKey | None:
         async with db_config.get_session() as session:

@@ -148,3 +148,12 @@ async def test_missing_credentials_are_a_401(any_client, path):
     response = await any_client.get(path)
     assert_error(response, 401, "missing_credentials")
     assert response.headers["www-authenticate"] == "Bearer"
+
+
+async def test_openapi_schema_is_served_and_lists_the_api(client):
+    response = await client.get("/api/docs/openapi.json")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    assert "/api/auth/login" in paths
+    assert "/api/projects/{project_id}/api-keys" in paths
+    assert "/healthz" not in paths

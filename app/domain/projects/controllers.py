@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, delete, get, patch, post
-from litestar.params import Parameter
+from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import Project, User
@@ -27,8 +28,8 @@ from app.domain.projects.services import ProjectMemberService, ProjectService
 from app.lib.errors import NotFoundError, PermissionDeniedError
 from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
 
-Limit = Parameter(query="limit", ge=1, le=MAX_LIMIT, default=DEFAULT_LIMIT)
-Offset = Parameter(query="offset", ge=0, default=0)
+LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
+OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
 
 
 def project_out(project: Project, role: str) -> ProjectOut:
@@ -53,8 +54,8 @@ class ProjectController(Controller):
         self,
         principal: Principal,
         projects_service: ProjectService,
-        limit: int = Limit,
-        offset: int = Offset,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
     ) -> Page[ProjectOut]:
         rows, total = await projects_service.visible_page(principal, limit, offset)
         return Page(
@@ -128,8 +129,8 @@ class ProjectController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         members_service: ProjectMemberService,
-        limit: int = Limit,
-        offset: int = Offset,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
     ) -> Page[MemberOut]:
         await projects_service.access(principal, project_id)
         rows, total = await members_service.page(project_id, limit, offset)

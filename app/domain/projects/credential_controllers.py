@@ -12,7 +12,7 @@ from app.domain.accounts.keyring import ActiveApiKey
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.projects.controllers import Limit, Offset
+from app.domain.projects.controllers import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     ApiKeyCreate,
@@ -23,7 +23,7 @@ from app.domain.projects.schemas import (
     RuntimeTokenOut,
 )
 from app.domain.projects.services import ProjectService
-from app.lib.pagination import Page
+from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
 
@@ -64,8 +64,8 @@ class ApiKeyController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         api_keys_service: ApiKeyService,
-        limit: int = Limit,
-        offset: int = Offset,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
     ) -> Page[ApiKeyOut]:
         await projects_service.access(principal, project_id)
         rows, total = await api_keys_service.page(project_id, limit, offset)
@@ -139,8 +139,8 @@ class RuntimeTokenController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         runtime_tokens_service: RuntimeTokenService,
-        limit: int = Limit,
-        offset: int = Offset,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
     ) -> Page[RuntimeTokenOut]:
         await projects_service.access(principal, project_id)
         rows, total = await runtime_tokens_service.page(project_id, limit, offset)

@@ -149,7 +149,7 @@ class ProjectService(SQLAlchemyAsyncRepositoryService[Project]):
         total = await session.scalar(select(func.count()).select_from(base.subquery()))
         result = await session.execute(base.order_by(*newest_first).limit(limit).offset(offset))
         page: list[tuple[Project, AccessRole]] = []
-        for project, member_role in result.tuples():
+        for project, member_role in result:
             role = _shown_role(is_admin, member_role)
             if role is not None:
                 page.append((project, role))
@@ -234,7 +234,7 @@ class ProjectMemberService(SQLAlchemyAsyncRepositoryService[ProjectMember]):
             .limit(limit)
             .offset(offset)
         )
-        return list(rows.tuples()), int(total or 0)
+        return [(member, user) for member, user in rows], int(total or 0)
 
     async def add(self, project_id: UUID, user: User, role: str) -> ProjectMember:
         if await self.exists(
