@@ -126,6 +126,13 @@ class RefreshTokenService(SQLAlchemyAsyncRepositoryService[RefreshToken]):
         )
         return result.first() is not None
 
+    async def was_spent(self, row_id: UUID) -> bool:
+        """Read `used_at` afresh: the row loaded at the start of a refresh may be stale."""
+        result = await self.repository.session.execute(
+            select(RefreshToken.used_at).where(RefreshToken.id == row_id)
+        )
+        return result.scalar_one_or_none() is not None
+
     async def revoke_family(self, family_id: UUID) -> None:
         await self.repository.session.execute(
             update(RefreshToken)
@@ -208,6 +215,10 @@ class AuthService:
             # A spent link presented again: the token leaked (or two clients raced).
             await self._revoke_reused_family(row)
         if row.revoked_at is not None or await self.refresh_tokens.family_revoked(row.family_id):
+            # A concurrent duplicate may have revoked the family after our read; if this
+            # very link was spent meanwhile, the honest answer is "reused".
+            if await self.refresh_tokens.was_spent(row.id):
+                await self._revoke_reused_family(row)
             raise AuthenticationError(
                 "refresh token has been revoked; log in again", code="refresh_token_revoked"
             )
