@@ -1,0 +1,1 @@
+"""Backend adapters: one interface over OpenAI-compatible, Ollama and later kinds."""

@@ -1,0 +1,71 @@
+"""The adapter interface every backend kind implements.
+
+Adapters speak one upstream protocol and translate it to OpenAI's shapes. They raise
+``UpstreamError`` for failures before any byte reached the client (the caller may
+retry elsewhere) and ``StreamInterruptedError`` from a stream's iterator once it has
+started (it cannot be retried).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+
+from app.routing.types import (
+    BackendSpec,
+    Capability,
+    ChatResult,
+    EmbeddingResult,
+    ProbeResult,
+    UpstreamCall,
+    Usage,
+)
+
+
+class ChatStream(abc.ABC):
+    """An opened upstream stream: status checked, body not yet consumed.
+
+    Iterating yields SSE bytes in OpenAI's chunk format (``data: {...}\\n\\n``) and
+    ends with ``data: [DONE]\\n\\n``. After the iteration, ``usage`` holds what the
+    upstream reported (None if it reported nothing) and ``completion_text_chars`` the
+    generated characters when the adapter could count them.
+    """
+
+    usage: Usage | None = None
+    completion_text_chars: int = 0
+
+    @abc.abstractmethod
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release the upstream connection (idempotent; called on client disconnect)."""
+
+
+class Backend(abc.ABC):
+    kind: str = ""
+    capabilities: frozenset[Capability] = frozenset()
+
+    def __init__(self, spec: BackendSpec) -> None:
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @abc.abstractmethod
+    async def probe(self) -> ProbeResult:
+        """Cheap health check that also discovers models; never raises."""
+
+    async def chat(self, call: UpstreamCall) -> ChatResult:
+        raise NotImplementedError(f"{self.kind} backends do not serve chat")
+
+    async def chat_stream(self, call: UpstreamCall) -> ChatStream:
+        raise NotImplementedError(f"{self.kind} backends do not stream chat")
+
+    async def embed(self, call: UpstreamCall) -> EmbeddingResult:
+        raise NotImplementedError(f"{self.kind} backends do not serve embeddings")
+
+    async def aclose(self) -> None:
+        """Release adapter-owned resources (the shared HTTP client is not owned)."""
+        return None

@@ -1,0 +1,128 @@
+"""The in-process table of registered backends and their live state.
+
+The domain layer feeds it (from the database at start-up and on change events); the
+router reads it. Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from app.routing.backends.base import Backend
+from app.routing.breaker import CircuitBreaker
+from app.routing.names import canonical
+from app.routing.types import NOT_PROBED, BackendSpec, Capability, Health, ProbeResult
+
+BackendFactory = Callable[[BackendSpec], Backend]
+BreakerFactory = Callable[[], CircuitBreaker]
+Listener = Callable[["BackendState"], None]
+
+
+@dataclass(slots=True, eq=False)
+class BackendState:
+    adapter: Backend
+    breaker: CircuitBreaker
+    health: Health = NOT_PROBED
+    discovered: tuple[str, ...] = ()
+    in_flight: int = 0
+    reports_usage: bool = False
+    """Set once the upstream reported usage in a stream, so relays stop counting text."""
+    _models: tuple[str, ...] = ()
+    _index: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._reindex()
+
+    @property
+    def spec(self) -> BackendSpec:
+        return self.adapter.spec
+
+    @property
+    def name(self) -> str:
+        return self.adapter.spec.name
+
+    @property
+    def kind(self) -> str:
+        return self.adapter.kind
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Advertised models: the static list first, then discovered ids not already in it."""
+        return self._models
+
+    def supports(self, capability: Capability) -> bool:
+        return capability in self.adapter.capabilities
+
+    def served_name(self, model: str) -> str | None:
+        """The name this backend knows ``model`` by, or None if it does not advertise it."""
+        exact = self._index.get(model)
+        return exact if exact is not None else self._index.get(canonical(model))
+
+    def apply_probe(self, result: ProbeResult, health: Health) -> None:
+        self.health = health
+        if result.healthy:
+            self.discovered = result.models
+            self._reindex()
+
+    def _reindex(self) -> None:
+        merged = list(dict.fromkeys((*self.adapter.spec.models, *self.discovered)))
+        self._models = tuple(merged)
+        index: dict[str, str] = {}
+        for name in merged:
+            index.setdefault(name, name)
+            index.setdefault(canonical(name), name)
+        self._index = index
+
+
+class BackendRegistry:
+    def __init__(self, factory: BackendFactory, breaker_factory: BreakerFactory) -> None:
+        self._factory = factory
+        self._breaker_factory = breaker_factory
+        self._backends: dict[str, BackendState] = {}
+        self._on_added: list[Listener] = []
+
+    def on_added(self, listener: Listener) -> None:
+        """Call ``listener`` for every backend added or replaced (the prober listens)."""
+        self._on_added.append(listener)
+
+    def upsert(self, spec: BackendSpec) -> tuple[BackendState, Backend | None]:
+        """Add or replace a backend; the new state starts fail-closed (not probed yet).
+
+        Returns the new state and the replaced adapter, which the caller closes.
+        """
+        state = BackendState(adapter=self._factory(spec), breaker=self._breaker_factory())
+        previous = self._backends.get(spec.name)
+        self._backends[spec.name] = state
+        for listener in self._on_added:
+            listener(state)
+        return state, None if previous is None else previous.adapter
+
+    def remove(self, name: str) -> Backend | None:
+        state = self._backends.pop(name, None)
+        return None if state is None else state.adapter
+
+    def get(self, name: str) -> BackendState | None:
+        return self._backends.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._backends)
+
+    def __iter__(self) -> Iterator[BackendState]:
+        return iter(list(self._backends.values()))
+
+    def __len__(self) -> int:
+        return len(self._backends)
+
+    def is_current(self, state: BackendState) -> bool:
+        """False once ``state`` was replaced or removed (a probe result for it is stale)."""
+        return self._backends.get(state.name) is state
+
+    @contextlib.contextmanager
+    def in_flight(self, state: BackendState) -> Iterator[None]:
+        state.in_flight += 1
+        try:
+            yield
+        finally:
+            state.in_flight -= 1

@@ -1,0 +1,117 @@
+"""Typed values passed in and out of the routing service."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+import msgspec
+
+Capability = Literal["chat", "embeddings", "video"]
+Clock = Callable[[], float]
+"""Monotonic seconds; tests hand in a fake."""
+
+RawBody = dict[str, msgspec.Raw]
+"""A JSON object whose values are kept as undecoded bytes: large prompts are relayed,
+not parsed; only the fields routing needs are decoded."""
+
+monotonic: Clock = time.monotonic
+
+
+class HealthStatus(StrEnum):
+    UNKNOWN = "unknown"
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    status: HealthStatus
+    reason: str
+    checked_at: float | None
+    """Wall-clock epoch seconds of the probe (None before the first probe)."""
+
+    @property
+    def healthy(self) -> bool:
+        return self.status is HealthStatus.HEALTHY
+
+
+NOT_PROBED = Health(HealthStatus.UNKNOWN, "not probed yet", None)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """A registered backend as the router needs it (the API key already decrypted)."""
+
+    name: str
+    kind: str
+    url: str
+    api_key: str | None = None
+    models: tuple[str, ...] = ()
+    """The static model list; it comes first and keeps precedence over discovery."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    healthy: bool
+    reason: str
+    models: tuple[str, ...] = ()
+    """Models discovered by the probe (empty when the backend has no listing)."""
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class UpstreamCall:
+    """One call as an adapter receives it.
+
+    ``body`` is the client's JSON object minus the fields routing consumed
+    (``provider``, ``conversation_id``, ``extra`` already merged); ``model`` is the
+    name the chosen backend advertises, which replaces the body's ``model``.
+    """
+
+    model: str
+    body: RawBody
+    stream: bool = False
+    include_usage: bool = False
+    """The client asked for ``stream_options.include_usage``."""
+
+
+@dataclass(slots=True)
+class ChatResult:
+    """A complete (non-streaming) response: OpenAI JSON bytes, relayed as-is."""
+
+    content: bytes
+    usage: Usage | None
+    """None when the upstream reported no usage (the caller estimates)."""
+    completion_text_chars: int = 0
+    """Characters of generated text, for estimating usage when none was reported."""
+
+
+@dataclass(slots=True)
+class EmbeddingResult:
+    content: bytes
+    usage: Usage | None
+
+
+@dataclass(slots=True)
+class RouteHints:
+    """What the caller knows beyond the model name."""
+
+    provider: str | None = None
+    conversation_id: str | None = None
+    affinity_scope: str = ""
+    """Namespaces conversation pins (the project id), so tenants never share a pin."""
+    exclude: frozenset[str] = field(default_factory=frozenset)
