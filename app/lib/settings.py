@@ -54,6 +54,10 @@ class Settings:
     db_pool_size: int = 10
     negative_key_cache_ttl_seconds: float = 5.0
     last_used_flush_seconds: float = 10.0
+    health_interval_seconds: float = 60.0
+    usage_flush_seconds: float = 1.0
+    breaker_failure_threshold: int = 3
+    breaker_open_seconds: float = 30.0
 
     @property
     def is_sqlite(self) -> bool:
@@ -91,6 +95,17 @@ def _parse_int(name: str, raw: str, minimum: int = 0) -> int:
         raise SettingsError(f"{name} must be an integer, got {raw!r}") from exc
     if value < minimum:
         raise SettingsError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _parse_positive_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from exc
+    # NaN and infinity would make every timer misbehave silently.
+    if not value > 0 or value == float("inf"):
+        raise SettingsError(f"{name} must be > 0, got {raw!r}")
     return value
 
 
@@ -170,5 +185,17 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         values["login_window_seconds"] = _parse_int("ARONA_LOGIN_WINDOW", v, minimum=1)
     if (v := get("ARONA_DB_POOL_SIZE")) is not None:
         values["db_pool_size"] = _parse_int("ARONA_DB_POOL_SIZE", v, minimum=1)
+    if (v := get("ARONA_HEALTH_INTERVAL_SECONDS")) is not None:
+        values["health_interval_seconds"] = _parse_positive_float(
+            "ARONA_HEALTH_INTERVAL_SECONDS", v
+        )
+    if (v := get("ARONA_USAGE_FLUSH_SECONDS")) is not None:
+        values["usage_flush_seconds"] = _parse_positive_float("ARONA_USAGE_FLUSH_SECONDS", v)
+    if (v := get("ARONA_BREAKER_FAILURE_THRESHOLD")) is not None:
+        values["breaker_failure_threshold"] = _parse_int(
+            "ARONA_BREAKER_FAILURE_THRESHOLD", v, minimum=1
+        )
+    if (v := get("ARONA_BREAKER_OPEN_SECONDS")) is not None:
+        values["breaker_open_seconds"] = _parse_positive_float("ARONA_BREAKER_OPEN_SECONDS", v)
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -11,6 +11,9 @@ from litestar.openapi.config import OpenAPIConfig
 from app import __version__
 from app.domain.accounts.controllers import AuthController
 from app.domain.accounts.deps import accounts_dependencies
+from app.domain.backends.controllers import AliasAdminController, BackendAdminController
+from app.domain.backends.deps import backends_dependencies
+from app.domain.gateway.controllers import GatewayController
 from app.domain.projects.controllers import ProjectController
 from app.domain.projects.credential_controllers import ApiKeyController, RuntimeTokenController
 from app.domain.projects.deps import projects_dependencies
@@ -43,6 +46,12 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "revocations": _constant(resources.revocations),
         "authenticator": _constant(resources.authenticator),
         "api_key_sync": _constant(resources.api_key_sync),
+        "backend_registry": _constant(resources.backend_registry),
+        "alias_table": _constant(resources.alias_table),
+        "health_checker": _constant(resources.health_checker),
+        "routing_sync": _constant(resources.routing_sync),
+        "usage_writer": _constant(resources.usage_writer),
+        "gateway": _constant(resources.gateway),
     }
 
 
@@ -61,11 +70,15 @@ def create_app(
             ApiKeyController,
             RuntimeTokenController,
             RuntimeController,
+            BackendAdminController,
+            AliasAdminController,
+            GatewayController,
         ],
         dependencies={
             **_resource_dependencies(resources),
             **accounts_dependencies(),
             **projects_dependencies(),
+            **backends_dependencies(),
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],
         lifespan=[build_lifespan(resources)],

@@ -19,6 +19,9 @@ from app.server.resources import Resources
 logger = structlog.get_logger()
 KEY_INDEX_RELOAD_SECONDS = 60.0
 KEY_SYNC_READY_SECONDS = 10.0
+# A safety net under the routing.config events (a lost event, a replica that was
+# unsubscribed for a moment); unchanged backends keep their adapters and health.
+ROUTING_RELOAD_SECONDS = 60.0
 
 
 async def _restore_revocations(resources: Resources) -> None:
@@ -43,6 +46,10 @@ def build_lifespan(
         await ensure_migrated(resources.db_config.get_engine())
         await _restore_revocations(resources)
         settings = resources.settings
+        # Watch before loading, so every restored backend is probed at once; until
+        # its first probe it is not routed to (fail-closed).
+        resources.health_checker.watch()
+        await resources.routing_sync.load_all()
         # The sync task subscribes first and then loads the key index, so no change
         # made on another replica falls between the load and the subscription.
         keys_ready = asyncio.Event()
@@ -64,6 +71,16 @@ def build_lifespan(
                     lambda: every(KEY_INDEX_RELOAD_SECONDS, resources.api_key_index.reload),
                 )
             ),
+            # Subscribes, then reloads: covers changes made since the load above.
+            asyncio.create_task(supervise("routing-sync", resources.routing_sync.run)),
+            asyncio.create_task(
+                supervise(
+                    "routing-reload",
+                    lambda: every(ROUTING_RELOAD_SECONDS, resources.routing_sync.load_all),
+                )
+            ),
+            asyncio.create_task(supervise("health-checker", resources.health_checker.run)),
+            asyncio.create_task(supervise("usage-writer", resources.usage_writer.run)),
         ]
         try:
             try:
@@ -71,13 +88,23 @@ def build_lifespan(
             except TimeoutError:
                 logger.warning("api key events unavailable; serving from a plain load")
                 await resources.api_key_index.reload()
-            logger.info("arona started", api_keys=len(resources.api_key_index))
+            logger.info(
+                "arona started",
+                api_keys=len(resources.api_key_index),
+                backends=len(resources.backend_registry),
+            )
             yield
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await resources.health_checker.close()
+            # Before the engine is disposed below: nothing metered is lost on a
+            # graceful stop.
+            await resources.usage_writer.close()
             await _flush_last_used(resources)
+            await resources.routing_sync.close()
+            await resources.http_client.aclose()
             # The SQLAlchemy plugin disposed the engine before this point (its
             # lifespan exits first); the flush above may have reopened a connection.
             await resources.db_config.get_engine().dispose()

@@ -6,9 +6,10 @@ so tests can run several apps side by side.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import httpx
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from redis.asyncio import Redis
 from sqlalchemy import select
@@ -20,9 +21,13 @@ from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, Ke
 from app.domain.accounts.last_used import LastUsedRecorder
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
+from app.domain.backends.sync import RoutingConfigSync
+from app.domain.gateway.services import GatewayService
+from app.domain.quotas.usage import UsageWriter
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
+from app.lib.http import build_http_client
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
 from app.lib.state.base import StateStore
@@ -30,6 +35,16 @@ from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
 from app.lib.tokens import TokenService
 from app.lib.vault import Vault
+from app.routing.affinity import AffinityStore
+from app.routing.aliases import AliasTable
+from app.routing.backends.base import Backend
+from app.routing.backends.factory import build_backend
+from app.routing.breaker import CircuitBreaker
+from app.routing.health import HealthChecker
+from app.routing.registry import BackendRegistry
+from app.routing.router import Router
+from app.routing.service import RoutingService
+from app.routing.types import BackendSpec
 from app.server.metrics import HttpMetrics
 
 
@@ -48,6 +63,14 @@ class Resources:
     api_key_sync: ApiKeySync
     last_used: LastUsedRecorder
     authenticator: Authenticator
+    http_client: httpx.AsyncClient
+    backend_registry: BackendRegistry
+    alias_table: AliasTable
+    health_checker: HealthChecker
+    routing_sync: RoutingConfigSync
+    usage_writer: UsageWriter
+    routing: RoutingService
+    gateway: GatewayService
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
     owns_password_hasher: bool = True
 
@@ -76,6 +99,23 @@ def _key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup
     return load_all, lookup_one
 
 
+def _backend_factory(http_client: httpx.AsyncClient) -> Callable[[BackendSpec], Backend]:
+    def build(spec: BackendSpec) -> Backend:
+        return build_backend(spec, http_client)
+
+    return build
+
+
+def _breaker_factory(settings: Settings) -> Callable[[], CircuitBreaker]:
+    def build() -> CircuitBreaker:
+        return CircuitBreaker(
+            threshold=settings.breaker_failure_threshold,
+            open_seconds=settings.breaker_open_seconds,
+        )
+
+    return build
+
+
 def build_resources(settings: Settings, password_hasher: PasswordHasher | None = None) -> Resources:
     settings.validate()
     db_config = build_db_config(settings)
@@ -101,13 +141,21 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         negative_ttl=settings.negative_key_cache_ttl_seconds,
     )
     last_used = LastUsedRecorder(db_config.get_engine())
+    vault = Vault(settings.vault_keys)
+    http_client = build_http_client()
+    registry = BackendRegistry(
+        factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)
+    )
+    aliases = AliasTable()
+    routing = RoutingService(registry, Router(registry, aliases, AffinityStore(state_store)))
+    usage_writer = UsageWriter(db_config.get_engine(), flush_interval=settings.usage_flush_seconds)
     return Resources(
         settings=settings,
         db_config=db_config,
         state_store=state_store,
         event_bus=event_bus,
         redis=redis,
-        vault=Vault(settings.vault_keys),
+        vault=vault,
         token_service=tokens,
         password_hasher=password_hasher or PasswordHasher(),
         owns_password_hasher=password_hasher is None,
@@ -122,4 +170,16 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
             last_used=last_used,
             admin_token=settings.admin_token,
         ),
+        http_client=http_client,
+        backend_registry=registry,
+        alias_table=aliases,
+        health_checker=HealthChecker(
+            registry, event_bus, interval=settings.health_interval_seconds
+        ),
+        routing_sync=RoutingConfigSync(
+            registry=registry, aliases=aliases, bus=event_bus, vault=vault, db_config=db_config
+        ),
+        usage_writer=usage_writer,
+        routing=routing,
+        gateway=GatewayService(routing, usage_writer),
     )

@@ -22,7 +22,9 @@ STARTUP_TIMEOUT_SECONDS = 10.0
 @contextlib.asynccontextmanager
 async def live_server(app: Litestar) -> AsyncIterator[str]:
     """Run ``app`` (lifespan included) until the block exits; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP,
+    # and without it every small response waits ~40 ms on a delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

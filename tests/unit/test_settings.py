@@ -64,11 +64,27 @@ def test_environment_is_read():
         ({"ARONA_VAULT_KEYS": "a:!!!"}, "not valid base64"),
         ({"ARONA_VAULT_KEYS": f"a:{base64.b64encode(b'short').decode()}"}, "32 bytes"),
         ({"ARONA_VAULT_KEYS": f"a:{KEY},a:{KEY}"}, "twice"),
+        ({"ARONA_HEALTH_INTERVAL_SECONDS": "often"}, "ARONA_HEALTH_INTERVAL_SECONDS must be a"),
+        ({"ARONA_HEALTH_INTERVAL_SECONDS": "0"}, "ARONA_HEALTH_INTERVAL_SECONDS must be > 0"),
+        ({"ARONA_USAGE_FLUSH_SECONDS": "-1"}, "ARONA_USAGE_FLUSH_SECONDS must be > 0"),
+        ({"ARONA_USAGE_FLUSH_SECONDS": "nan"}, "ARONA_USAGE_FLUSH_SECONDS must be > 0"),
+        ({"ARONA_USAGE_FLUSH_SECONDS": "inf"}, "ARONA_USAGE_FLUSH_SECONDS must be > 0"),
     ],
 )
 def test_malformed_settings_are_refused_with_the_variable_named(env, message):
     with pytest.raises(SettingsError, match=message):
         load_settings(env)
+
+
+def test_routing_intervals_default_and_are_read():
+    defaults = load_settings({})
+    assert defaults.health_interval_seconds == 60.0
+    assert defaults.usage_flush_seconds == 1.0
+    settings = load_settings(
+        {"ARONA_HEALTH_INTERVAL_SECONDS": "2.5", "ARONA_USAGE_FLUSH_SECONDS": "0.25"}
+    )
+    assert settings.health_interval_seconds == 2.5
+    assert settings.usage_flush_seconds == 0.25
 
 
 def test_validate_refuses_missing_or_short_secret_and_missing_vault_keys():

@@ -2,5 +2,17 @@
 
 from app.db.models.accounts import RefreshToken, User
 from app.db.models.projects import ApiKey, Project, ProjectMember, RuntimeToken
+from app.db.models.routing import BackendConfig, ModelAlias
+from app.db.models.usage import UsageRecord
 
-__all__ = ["ApiKey", "Project", "ProjectMember", "RefreshToken", "RuntimeToken", "User"]
+__all__ = [
+    "ApiKey",
+    "BackendConfig",
+    "ModelAlias",
+    "Project",
+    "ProjectMember",
+    "RefreshToken",
+    "RuntimeToken",
+    "UsageRecord",
+    "User",
+]

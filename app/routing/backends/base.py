@@ -33,6 +33,9 @@ class ChatStream(abc.ABC):
 
     usage: Usage | None = None
     completion_text_chars: int = 0
+    count_text: bool = True
+    """Whether to count generated characters (off once an upstream proved it reports
+    usage, so its relay does no per-chunk scanning)."""
 
     @abc.abstractmethod
     def __aiter__(self) -> AsyncIterator[bytes]: ...

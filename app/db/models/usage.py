@@ -1,0 +1,43 @@
+"""Usage records: one append-only row per metered call."""
+
+from __future__ import annotations
+
+import datetime
+from uuid import UUID
+
+from advanced_alchemy.base import UUIDBase
+from advanced_alchemy.types import DateTimeUTC
+from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.lib.clock import utcnow
+
+
+class UsageRecord(UUIDBase):
+    __tablename__ = "usage_records"
+    __table_args__ = (Index("ix_usage_records_project_id_created_at", "project_id", "created_at"),)
+
+    # SET NULL, not CASCADE: billing history outlives the project.
+    project_id: Mapped[UUID | None] = mapped_column(
+        ForeignKey("project.id", ondelete="SET NULL"), default=None
+    )
+    # No foreign keys: keys and users come and go, their history stays.
+    api_key_id: Mapped[UUID | None] = mapped_column(default=None)
+    user_id: Mapped[UUID | None] = mapped_column(default=None)
+    model_requested: Mapped[str] = mapped_column(String(200))
+    model_served: Mapped[str | None] = mapped_column(String(200), default=None)
+    backend: Mapped[str | None] = mapped_column(String(100), default=None)
+    endpoint: Mapped[str] = mapped_column(String(32))
+    streamed: Mapped[bool] = mapped_column(default=False)
+    prompt_tokens: Mapped[int] = mapped_column(default=0)
+    completion_tokens: Mapped[int] = mapped_column(default=0)
+    total_tokens: Mapped[int] = mapped_column(default=0)
+    estimated: Mapped[bool] = mapped_column(default=False)
+    status: Mapped[int]
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    latency_ms: Mapped[int] = mapped_column(default=0)
+    ttft_ms: Mapped[int | None] = mapped_column(default=None)
+    conversation_id: Mapped[str | None] = mapped_column(String(200), default=None)
+    created_at: Mapped[datetime.datetime] = mapped_column(
+        DateTimeUTC(timezone=True), default=utcnow, index=True
+    )

@@ -1,0 +1,1 @@
+"""Backend and alias admin API, their persistence and cross-replica sync."""

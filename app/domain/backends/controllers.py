@@ -1,0 +1,175 @@
+"""Admin API for the shared routing pool: ``/api/admin/backends`` and ``/api/admin/aliases``.
+
+Every write goes to the database first, then to this replica's registry at once, then
+to the other replicas through ``RoutingConfigSync``. Stored API keys are write-only:
+responses say whether a key is set (``has_api_key``), never what it is.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Annotated
+
+from litestar import Controller, delete, get, post
+from litestar.params import QueryParameter
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.db.models import BackendConfig, ModelAlias
+from app.domain.accounts.principals import Principal
+from app.domain.backends.deps import platform_admin
+from app.domain.backends.schemas import (
+    AliasIn,
+    AliasOut,
+    BackendOut,
+    BackendRegistration,
+    BreakerOut,
+    HealthOut,
+    validate_alias,
+    validate_registration,
+)
+from app.domain.backends.services import AliasService, BackendConfigService
+from app.domain.backends.sync import RoutingConfigSync
+from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
+from app.lib.vault import Vault
+from app.routing.registry import BackendRegistry, BackendState
+
+LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
+OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
+# Stored but absent from the registry: its key could not be decrypted or no adapter
+# could be built for it (the server log says which).
+NOT_LOADED = HealthOut(status="unknown", reason="not loaded on this replica", checked_at=None)
+
+
+def _epoch_to_utc(value: float | None) -> datetime.datetime | None:
+    return None if value is None else datetime.datetime.fromtimestamp(value, datetime.UTC)
+
+
+def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
+    if state is None:
+        health, breaker, advertised, in_flight = NOT_LOADED, BreakerOut("closed", 0), [], 0
+    else:
+        health = HealthOut(
+            status=state.health.status.value,
+            reason=state.health.reason,
+            checked_at=_epoch_to_utc(state.health.checked_at),
+        )
+        breaker = BreakerOut(
+            state=state.breaker.state.value,
+            consecutive_failures=state.breaker.consecutive_failures,
+        )
+        advertised, in_flight = list(state.models), state.in_flight
+    return BackendOut(
+        name=row.name,
+        type=row.kind,
+        url=row.url,
+        has_api_key=row.api_key_encrypted is not None,
+        models=list(row.models),
+        advertised_models=advertised,
+        health=health,
+        breaker=breaker,
+        in_flight=in_flight,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def alias_out(row: ModelAlias) -> AliasOut:
+    return AliasOut(alias=row.alias, target=row.target, created_at=row.created_at)
+
+
+class BackendAdminController(Controller):
+    path = "/api/admin/backends"
+    tags = ["admin: backends"]
+    dependencies = {"platform_admin": platform_admin}
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def register_backend(
+        self,
+        data: BackendRegistration,
+        platform_admin: Principal,
+        backend_configs_service: BackendConfigService,
+        vault: Vault,
+        routing_sync: RoutingConfigSync,
+        backend_registry: BackendRegistry,
+    ) -> BackendOut:
+        registration = validate_registration(data)
+        row = await backend_configs_service.register(registration, vault)
+        await routing_sync.backend_changed(row.name)
+        return backend_out(row, backend_registry.get(row.name))
+
+    @get("/")
+    async def list_backends(
+        self,
+        platform_admin: Principal,
+        backend_configs_service: BackendConfigService,
+        backend_registry: BackendRegistry,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+    ) -> Page[BackendOut]:
+        rows, total = await backend_configs_service.page(limit, offset)
+        items = [backend_out(row, backend_registry.get(row.name)) for row in rows]
+        return Page(items=items, total=total, limit=limit, offset=offset)
+
+    @get("/{name:str}")
+    async def get_backend(
+        self,
+        name: str,
+        platform_admin: Principal,
+        backend_configs_service: BackendConfigService,
+        backend_registry: BackendRegistry,
+    ) -> BackendOut:
+        row = await backend_configs_service.require(name)
+        return backend_out(row, backend_registry.get(row.name))
+
+    @delete("/{name:str}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_backend(
+        self,
+        name: str,
+        platform_admin: Principal,
+        backend_configs_service: BackendConfigService,
+        routing_sync: RoutingConfigSync,
+    ) -> None:
+        await backend_configs_service.delete_by_name(name)
+        await routing_sync.backend_changed(name)
+
+
+class AliasAdminController(Controller):
+    path = "/api/admin/aliases"
+    tags = ["admin: aliases"]
+    dependencies = {"platform_admin": platform_admin}
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def set_alias(
+        self,
+        data: AliasIn,
+        platform_admin: Principal,
+        aliases_service: AliasService,
+        routing_sync: RoutingConfigSync,
+    ) -> AliasOut:
+        alias, target = validate_alias(data)
+        row = await aliases_service.set_alias(alias, target)
+        await routing_sync.alias_changed()
+        return alias_out(row)
+
+    @get("/")
+    async def list_aliases(
+        self,
+        platform_admin: Principal,
+        aliases_service: AliasService,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+    ) -> Page[AliasOut]:
+        rows, total = await aliases_service.page(limit, offset)
+        return Page(items=[alias_out(r) for r in rows], total=total, limit=limit, offset=offset)
+
+    # A path parameter: aliases often look like Hugging Face ids (``org/model``).
+    @delete("/{alias:path}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_alias(
+        self,
+        alias: str,
+        platform_admin: Principal,
+        aliases_service: AliasService,
+        routing_sync: RoutingConfigSync,
+    ) -> None:
+        await aliases_service.delete_by_alias(alias.removeprefix("/"))
+        await routing_sync.alias_changed()

@@ -1,0 +1,143 @@
+"""Bodies of the backend and alias admin API (snake_case on the wire, like ``/v1``)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Annotated
+from urllib.parse import SplitResult, urlsplit
+
+import msgspec
+
+from app.lib.errors import BadRequestError
+from app.routing.backends import factory
+
+NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
+MAX_MODELS = 1000
+# Kinds whose upstream lists its own models and authenticates by network position:
+# a key or a static list given for them is dropped rather than stored unused.
+KINDS_WITHOUT_KEY_OR_MODELS = frozenset({"ollama"})
+URL_SCHEMES = ("http", "https")
+
+BackendName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=NAME_PATTERN)]
+ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
+BackendUrl = Annotated[str, msgspec.Meta(min_length=1, max_length=2048)]
+ApiKey = Annotated[str, msgspec.Meta(max_length=8192)]
+KindName = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
+
+
+class Strict(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+class BackendRegistration(Strict):
+    name: BackendName
+    type: KindName
+    url: BackendUrl
+    api_key: ApiKey | None = None
+    models: Annotated[list[ModelName], msgspec.Meta(max_length=MAX_MODELS)] = []
+
+
+class ValidRegistration(msgspec.Struct, frozen=True):
+    """A registration after every check: normalized kind, key and model list."""
+
+    name: str
+    kind: str
+    url: str
+    api_key: str | None
+    models: tuple[str, ...]
+
+
+class HealthOut(msgspec.Struct):
+    status: str
+    reason: str
+    checked_at: datetime.datetime | None
+
+
+class BreakerOut(msgspec.Struct):
+    state: str
+    consecutive_failures: int
+
+
+class BackendOut(msgspec.Struct):
+    name: str
+    type: str
+    url: str
+    has_api_key: bool
+    models: list[str]
+    """The static list given at registration."""
+    advertised_models: list[str]
+    """What routing uses now: the static list, then the models the last probe found."""
+    health: HealthOut
+    breaker: BreakerOut
+    in_flight: int
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+
+
+AliasName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
+
+
+class AliasIn(Strict):
+    alias: AliasName
+    target: AliasName
+
+
+class AliasOut(msgspec.Struct):
+    alias: str
+    target: str
+    created_at: datetime.datetime
+
+
+def check_backend_url(url: str) -> str:
+    """The one place URL schemes are decided (``ws``/``wss`` arrive with engine backends)."""
+    value = url.strip()
+    try:
+        parts: SplitResult = urlsplit(value)
+        port = parts.port  # raises on a malformed port
+    except ValueError as exc:
+        # Not echoing the parser's message: it may quote part of the URL.
+        raise _bad_url("url is not a valid URL (check the host and port)") from exc
+    if parts.scheme.lower() not in URL_SCHEMES:
+        raise _bad_url("url must start with http:// or https://")
+    if not parts.hostname:
+        raise _bad_url("url has no host")
+    if parts.username is not None or parts.password is not None:
+        # The URL is shown back by the API; a credential belongs in api_key.
+        raise _bad_url("url must not carry credentials: send the key as api_key")
+    if port == 0:
+        raise _bad_url("url has an invalid port")
+    if parts.query or parts.fragment:
+        raise _bad_url("url must not have a query or fragment")
+    return value
+
+
+def _bad_url(message: str) -> BadRequestError:
+    return BadRequestError(message, code="invalid_url", param="url")
+
+
+def check_kind(kind: str) -> str:
+    try:
+        return factory.check_kind(kind)
+    except BadRequestError as exc:
+        exc.param = exc.param or "type"
+        raise
+
+
+def validate_registration(data: BackendRegistration) -> ValidRegistration:
+    kind = check_kind(data.type)
+    url = check_backend_url(data.url)
+    if kind in KINDS_WITHOUT_KEY_OR_MODELS:
+        return ValidRegistration(name=data.name, kind=kind, url=url, api_key=None, models=())
+    api_key = data.api_key if data.api_key else None
+    # Order kept (the static list has precedence in that order), duplicates dropped.
+    models = tuple(dict.fromkeys(m.strip() for m in data.models))
+    return ValidRegistration(name=data.name, kind=kind, url=url, api_key=api_key, models=models)
+
+
+def validate_alias(data: AliasIn) -> tuple[str, str]:
+    alias, target = data.alias.strip(), data.target.strip()
+    if alias == target:
+        raise BadRequestError(
+            "an alias cannot point to itself", code="alias_is_target", param="target"
+        )
+    return alias, target

@@ -1,0 +1,130 @@
+"""Stored backends and aliases: the database side of the routing registry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from uuid import UUID, uuid4
+
+from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
+from advanced_alchemy.filters import LimitOffset, OrderBy
+from advanced_alchemy.repository import SQLAlchemyAsyncRepository
+from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
+from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
+
+from app.db.models import BackendConfig, ModelAlias
+from app.domain.backends.schemas import ValidRegistration
+from app.lib.errors import NotFoundError
+from app.lib.vault import Vault, aad
+from app.routing.types import BackendSpec
+
+AAD_KIND = "backend_config"
+_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
+
+
+def key_aad(row_id: UUID) -> bytes:
+    return aad(AAD_KIND, row_id)
+
+
+def backend_spec(row: BackendConfig, vault: Vault) -> BackendSpec:
+    """The routing view of a stored backend; raises ``VaultError`` if the key is unreadable."""
+    api_key = None
+    if row.api_key_encrypted is not None:
+        api_key = vault.decrypt(row.api_key_encrypted, key_aad(row.id))
+    return BackendSpec(
+        name=row.name, kind=row.kind, url=row.url, api_key=api_key, models=tuple(row.models)
+    )
+
+
+def backend_not_found(name: str) -> NotFoundError:
+    return NotFoundError(f"no backend is registered as {name!r}", code="backend_not_found")
+
+
+def by_name(field: str, limit: int, offset: int) -> tuple[OrderBy, LimitOffset]:
+    return OrderBy(field_name=field, sort_order="asc"), LimitOffset(limit=limit, offset=offset)
+
+
+class BackendConfigService(SQLAlchemyAsyncRepositoryService[BackendConfig]):
+    class Repo(SQLAlchemyAsyncRepository[BackendConfig]):
+        model_type = BackendConfig
+
+    repository_type = Repo
+
+    async def register(self, registration: ValidRegistration, vault: Vault) -> BackendConfig:
+        """Register ``registration.name``, replacing everything about an existing one."""
+        try:
+            return await self._register(registration, vault)
+        except _RACED:
+            # Another request created the same name between our read and insert.
+            await self.repository.session.rollback()
+            return await self._register(registration, vault)
+
+    async def _register(self, registration: ValidRegistration, vault: Vault) -> BackendConfig:
+        row = await self.get_by_name(registration.name)
+        creating = row is None
+        if row is None:
+            # The id exists before the row does: the key's ciphertext is bound to it.
+            row = BackendConfig(id=uuid4(), name=registration.name)
+        row.kind = registration.kind
+        row.url = registration.url
+        row.models = list(registration.models)
+        row.api_key_encrypted = (
+            None
+            if registration.api_key is None
+            else vault.encrypt(registration.api_key, key_aad(row.id))
+        )
+        if creating:
+            return await self.create(row, auto_commit=True)
+        return await self.update(row, auto_commit=True)
+
+    async def get_by_name(self, name: str) -> BackendConfig | None:
+        return await self.get_one_or_none(BackendConfig.name == name)
+
+    async def require(self, name: str) -> BackendConfig:
+        row = await self.get_by_name(name)
+        if row is None:
+            raise backend_not_found(name)
+        return row
+
+    async def page(self, limit: int, offset: int) -> tuple[Sequence[BackendConfig], int]:
+        return await self.get_many_and_count(*by_name("name", limit, offset))
+
+    async def delete_by_name(self, name: str) -> None:
+        row = await self.require(name)
+        await self.delete(row.id, auto_commit=True)
+
+
+def alias_not_found(alias: str) -> NotFoundError:
+    return NotFoundError(f"no alias {alias!r} exists", code="alias_not_found")
+
+
+class AliasService(SQLAlchemyAsyncRepositoryService[ModelAlias]):
+    class Repo(SQLAlchemyAsyncRepository[ModelAlias]):
+        model_type = ModelAlias
+
+    repository_type = Repo
+
+    async def set_alias(self, alias: str, target: str) -> ModelAlias:
+        try:
+            return await self._set_alias(alias, target)
+        except _RACED:
+            await self.repository.session.rollback()
+            return await self._set_alias(alias, target)
+
+    async def _set_alias(self, alias: str, target: str) -> ModelAlias:
+        row = await self.get_one_or_none(ModelAlias.alias == alias)
+        if row is None:
+            return await self.create(ModelAlias(alias=alias, target=target), auto_commit=True)
+        row.target = target
+        return await self.update(row, auto_commit=True)
+
+    async def page(self, limit: int, offset: int) -> tuple[Sequence[ModelAlias], int]:
+        return await self.get_many_and_count(*by_name("alias", limit, offset))
+
+    async def targets(self) -> dict[str, str]:
+        return {row.alias: row.target for row in await self.list()}
+
+    async def delete_by_alias(self, alias: str) -> None:
+        row = await self.get_one_or_none(ModelAlias.alias == alias)
+        if row is None:
+            raise alias_not_found(alias)
+        await self.delete(row.id, auto_commit=True)

@@ -1,0 +1,200 @@
+"""Keep every replica's routing registry and alias table equal to the database.
+
+The database is the source of truth; events on ``routing.config`` only say *what* to
+re-read. A replica that writes applies the change to itself at once and publishes
+an event carrying its origin id; the others re-read that backend (or the alias
+table) from the database. Events are hints: a lost one is repaired by the reload
+that follows every (re)subscription.
+
+Event shapes (JSON objects, the bus adds ``channel``)::
+
+    {"kind": "backend", "name": "<backend name>", "origin": "<replica id>"}
+    {"kind": "aliases", "origin": "<replica id>"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from uuid import uuid4
+
+import structlog
+from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
+
+from app.db.models import BackendConfig
+from app.domain.backends.services import AliasService, BackendConfigService, backend_spec
+from app.lib.events.base import Event, EventBus
+from app.lib.vault import Vault, VaultError
+from app.routing.aliases import AliasTable
+from app.routing.backends.base import Backend
+from app.routing.registry import BackendRegistry
+
+CHANNEL = "routing.config"
+KIND_BACKEND = "backend"
+KIND_ALIASES = "aliases"
+logger = structlog.get_logger()
+
+
+class RoutingConfigSync:
+    def __init__(
+        self,
+        *,
+        registry: BackendRegistry,
+        aliases: AliasTable,
+        bus: EventBus,
+        vault: Vault,
+        db_config: SQLAlchemyAsyncConfig,
+    ) -> None:
+        self._registry = registry
+        self._aliases = aliases
+        self._bus = bus
+        self._vault = vault
+        self._db_config = db_config
+        self.origin = uuid4().hex
+        """This process's id in events, so it can skip what it published itself."""
+        # Serialises reloads: a local write and another replica's event for the same
+        # backend must not interleave their read and apply steps out of order.
+        self._lock = asyncio.Lock()
+        # Rows (by name, version) already reported as unusable: the periodic reload
+        # must not repeat the same error every minute.
+        self._reported: dict[str, datetime.datetime] = {}
+
+    # ------------------------------------------------------------------ loading
+
+    async def load_all(self) -> None:
+        """Make the registry and alias table match the database (start-up, resync)."""
+        # Read under the lock too: rows read before a concurrent local write and
+        # applied after it would bring the old configuration back.
+        async with self._lock:
+            async with BackendConfigService.new(config=self._db_config) as service:
+                rows = await service.list()
+            async with AliasService.new(config=self._db_config) as aliases:
+                targets = await aliases.targets()
+            wanted = {row.name for row in rows}
+            for name in self._registry.names():
+                if name not in wanted:
+                    await _close(self._registry.remove(name))
+            for row in rows:
+                await self._apply(row.name, row)
+            self._aliases.replace_all(targets)
+        logger.debug("routing configuration loaded", backends=len(rows), aliases=len(targets))
+
+    async def reload_backend(self, name: str) -> None:
+        async with self._lock:
+            async with BackendConfigService.new(config=self._db_config) as service:
+                row = await service.get_by_name(name)
+            await self._apply(name, row)
+
+    async def reload_aliases(self) -> None:
+        async with self._lock:
+            async with AliasService.new(config=self._db_config) as service:
+                targets = await service.targets()
+            self._aliases.replace_all(targets)
+
+    async def _apply(self, name: str, row: BackendConfig | None) -> None:
+        """Put ``row`` into the registry (or take ``name`` out when it is gone/unusable)."""
+        if row is None:
+            self._reported.pop(name, None)
+            await _close(self._registry.remove(name))
+            return
+        try:
+            spec = backend_spec(row, self._vault)
+        except VaultError as exc:
+            # Fail closed for this backend only; the message names the key id, never
+            # the key. Its old adapter (old url or key) must not keep serving.
+            if self._first_report(row):
+                logger.error(
+                    "backend skipped: its API key cannot be decrypted",
+                    backend=name,
+                    error=str(exc),
+                )
+            await _close(self._registry.remove(name))
+            return
+        current = self._registry.get(name)
+        if current is not None and current.spec == spec:
+            return  # unchanged: keep its health, breaker and discovered models
+        try:
+            _, old = self._registry.upsert(spec)
+        except Exception as exc:
+            if self._first_report(row):
+                logger.error(
+                    "backend skipped: no adapter could be built",
+                    backend=name,
+                    kind=row.kind,
+                    error_type=type(exc).__name__,
+                )
+            await _close(self._registry.remove(name))
+            return
+        self._reported.pop(name, None)
+        await _close(old)
+
+    def _first_report(self, row: BackendConfig) -> bool:
+        if self._reported.get(row.name) == row.updated_at:
+            return False
+        self._reported[row.name] = row.updated_at
+        return True
+
+    # --------------------------------------------------------------- local writes
+
+    async def backend_changed(self, name: str) -> None:
+        """Called after this replica wrote (or deleted) backend ``name``."""
+        await self.reload_backend(name)
+        await self._publish({"kind": KIND_BACKEND, "name": name})
+
+    async def alias_changed(self) -> None:
+        """Called after this replica wrote or deleted an alias."""
+        await self.reload_aliases()
+        await self._publish({"kind": KIND_ALIASES})
+
+    async def _publish(self, event: Event) -> None:
+        try:
+            await self._bus.publish(CHANNEL, {**event, "origin": self.origin})
+        except Exception as exc:  # a hint channel: the write itself has succeeded
+            logger.warning("could not publish a routing change", error=repr(exc))
+
+    # --------------------------------------------------------- other replicas
+
+    async def apply(self, event: Event) -> None:
+        """Apply an event from another replica; our own are already applied."""
+        if event.get("origin") == self.origin:
+            return
+        kind = event.get("kind")
+        if kind == KIND_BACKEND and isinstance(event.get("name"), str):
+            await self.reload_backend(event["name"])
+        elif kind == KIND_ALIASES:
+            await self.reload_aliases()
+        else:
+            logger.warning("ignoring malformed routing event", kind=kind)
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Follow other replicas' changes until cancelled.
+
+        Loads everything after subscribing (not before), so a change published
+        during the load is queued instead of lost; a restart after a lost
+        connection reloads too, since events published meanwhile are gone.
+        """
+        async with self._bus.subscribe(CHANNEL) as events:
+            await self.load_all()
+            if ready is not None:
+                ready.set()
+            async for event in events:
+                try:
+                    await self.apply(event)
+                except Exception as exc:
+                    # A database hiccup: the next event or resubscription catches up.
+                    logger.warning("could not apply a routing change", error=repr(exc))
+
+    async def close(self) -> None:
+        """Release every adapter (shutdown)."""
+        async with self._lock:
+            for name in self._registry.names():
+                await _close(self._registry.remove(name))
+
+
+async def _close(adapter: Backend | None) -> None:
+    if adapter is None:
+        return
+    try:
+        await adapter.aclose()
+    except Exception as exc:
+        logger.warning("could not close a backend adapter", backend=adapter.name, error=repr(exc))

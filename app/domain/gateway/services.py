@@ -1,0 +1,175 @@
+"""Glue between the ``/v1`` handlers, the routing service and the usage meter.
+
+Every request that reaches a handler with valid credentials writes exactly one usage
+record, whether it succeeded, was refused or failed mid-stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from uuid import UUID
+
+import structlog
+
+from app.domain.accounts.principals import ApiKeyPrincipal, Principal, UserPrincipal
+from app.domain.gateway.parsing import Endpoint, GatewayRequest
+from app.domain.quotas.usage import UsageEntry, UsageWriter
+from app.lib.clock import utcnow
+from app.lib.errors import AronaError, PermissionDeniedError
+from app.lib.sse import DONE, error_frame
+from app.routing.service import CallOutcome, RelayedStream, RoutingService
+from app.routing.types import RouteHints, Usage
+
+logger = structlog.get_logger()
+CLIENT_CLOSED_STATUS = 499
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    project_id: UUID | None
+    api_key_id: UUID | None
+    user_id: UUID | None
+
+    @property
+    def scope(self) -> str:
+        """Namespace of conversation pins: the project, or the user without one."""
+        return str(self.project_id) if self.project_id else f"user:{self.user_id}"
+
+    @classmethod
+    def of(cls, principal: Principal) -> Caller:
+        if isinstance(principal, ApiKeyPrincipal):
+            return cls(principal.project_id, principal.key_id, None)
+        if isinstance(principal, UserPrincipal):
+            return cls(None, None, principal.user_id)
+        raise PermissionDeniedError(
+            "the /v1 API takes a project API key or a user access token",
+            code="principal_not_allowed",
+        )
+
+
+@dataclass(slots=True)
+class Metered:
+    """What one request turned into, collected while it runs."""
+
+    caller: Caller
+    endpoint: Endpoint
+    model: str
+    conversation_id: str | None
+    streamed: bool
+    started: float
+    backend: str | None = None
+    served_model: str | None = None
+    usage: Usage | None = None
+    status: int = 200
+    error_code: str | None = None
+    ttft_ms: int | None = None
+
+
+class GatewayService:
+    def __init__(self, routing: RoutingService, usage: UsageWriter) -> None:
+        self.routing = routing
+        self.usage = usage
+
+    def _hints(self, caller: Caller, request: GatewayRequest) -> RouteHints:
+        return RouteHints(
+            provider=request.provider,
+            conversation_id=request.conversation_id,
+            affinity_scope=caller.scope,
+        )
+
+    def _begin(self, caller: Caller, request: GatewayRequest, endpoint: Endpoint) -> Metered:
+        return Metered(
+            caller=caller,
+            endpoint=endpoint,
+            model=request.model,
+            conversation_id=request.conversation_id,
+            streamed=request.stream,
+            started=self.routing.clock(),
+        )
+
+    async def complete(
+        self, caller: Caller, request: GatewayRequest, endpoint: Endpoint
+    ) -> CallOutcome:
+        """A non-streaming chat completion or an embedding."""
+        metered = self._begin(caller, request, endpoint)
+        hints = self._hints(caller, request)
+        try:
+            if endpoint == "chat":
+                outcome = await self.routing.chat(request.model, request.body, hints)
+            else:
+                outcome = await self.routing.embed(request.model, request.body, hints)
+        except AronaError as exc:
+            metered.status, metered.error_code = exc.status_code, exc.code
+            self._record(metered)
+            raise
+        metered.backend, metered.served_model = outcome.backend, outcome.served_model
+        metered.usage = outcome.usage
+        self._record(metered)
+        return outcome
+
+    async def open_stream(self, caller: Caller, request: GatewayRequest) -> AsyncIterator[bytes]:
+        """Open the upstream stream (errors before it starts raise normally)."""
+        metered = self._begin(caller, request, "chat")
+        try:
+            relay = await self.routing.open_chat_stream(
+                request.model,
+                request.body,
+                self._hints(caller, request),
+                include_usage=request.include_usage,
+            )
+        except AronaError as exc:
+            metered.status, metered.error_code = exc.status_code, exc.code
+            self._record(metered)
+            raise
+        return self._relay(relay, metered)
+
+    async def _relay(self, relay: RelayedStream, metered: Metered) -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            async for chunk in relay:
+                yield chunk
+            finished = True
+        except AronaError as exc:
+            # Headers are gone already: the failure travels in the stream itself.
+            metered.status, metered.error_code = exc.status_code, exc.code
+            finished = True
+            yield error_frame(exc.body())
+            yield DONE
+        finally:
+            await relay.aclose()
+            if not finished:
+                metered.status, metered.error_code = CLIENT_CLOSED_STATUS, "client_closed"
+            metered.backend, metered.served_model = relay.backend or None, relay.served_model
+            metered.usage = relay.usage
+            if relay.first_byte_at is not None:
+                metered.ttft_ms = int((relay.first_byte_at - metered.started) * 1000)
+            self._record(metered)
+
+    def _record(self, metered: Metered) -> None:
+        usage = metered.usage or Usage()
+        try:
+            self.usage.record(
+                UsageEntry(
+                    project_id=metered.caller.project_id,
+                    api_key_id=metered.caller.api_key_id,
+                    user_id=metered.caller.user_id,
+                    model_requested=metered.model,
+                    model_served=metered.served_model or None,
+                    backend=metered.backend,
+                    endpoint=metered.endpoint,
+                    streamed=metered.streamed,
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    total_tokens=usage.total_tokens,
+                    estimated=usage.estimated,
+                    status=metered.status,
+                    error_code=metered.error_code,
+                    latency_ms=int((self.routing.clock() - metered.started) * 1000),
+                    ttft_ms=metered.ttft_ms,
+                    conversation_id=metered.conversation_id,
+                    created_at=utcnow(),
+                )
+            )
+        except Exception as exc:  # metering must never fail the request it meters
+            logger.error("could not record usage", error=repr(exc))

@@ -1,0 +1,1 @@
+"""Quotas: limits and usage records."""

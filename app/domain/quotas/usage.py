@@ -1,0 +1,265 @@
+"""Batched usage records: metering must not cost a database round trip per request.
+
+``UsageWriter.record`` only appends to an in-memory buffer; rows reach the database
+in batches (every ``flush_interval`` seconds, as soon as ``max_batch`` are waiting,
+and once more at shutdown). A failed batch stays buffered and is retried by the next
+flush; the buffer is bounded, and what falls off it is counted and logged.
+
+Each entry carries its row id from the moment it is recorded, and the INSERT skips
+ids that already exist: a batch whose commit was cut off (connection lost after the
+server committed) can be retried without writing anything twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID, uuid4
+
+import msgspec
+import structlog
+from sqlalchemy import Insert, Table, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.db.models import Project, UsageRecord
+from app.lib.clock import utcnow
+
+logger = structlog.get_logger()
+
+DEFAULT_MAX_BATCH = 500
+DEFAULT_FLUSH_SECONDS = 1.0
+DEFAULT_MAX_BUFFERED = 100_000
+# Bound parameters per statement stay below what PostgreSQL (32767) and SQLite
+# (32766 since 3.32) accept, whatever max_batch is configured.
+_MAX_PARAMETERS = 30_000
+
+
+class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One metered call, as it becomes a ``usage_records`` row."""
+
+    model_requested: str
+    endpoint: str
+    """``chat`` or ``embeddings``."""
+    status: int
+    """The HTTP status sent to the client."""
+    project_id: UUID | None = None
+    api_key_id: UUID | None = None
+    user_id: UUID | None = None
+    model_served: str | None = None
+    backend: str | None = None
+    streamed: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    estimated: bool = False
+    error_code: str | None = None
+    latency_ms: int = 0
+    ttft_ms: int | None = None
+    conversation_id: str | None = None
+    created_at: datetime.datetime = msgspec.field(default_factory=utcnow)
+    id: UUID = msgspec.field(default_factory=uuid4)
+
+
+def _string_limits(table: Table) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for column in table.columns:
+        length = getattr(column.type, "length", None)
+        if isinstance(length, int):
+            limits[column.name] = length
+    return limits
+
+
+class UsageWriter:
+    def __init__(
+        self,
+        target: AsyncEngine | async_sessionmaker[AsyncSession],
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        flush_interval: float = DEFAULT_FLUSH_SECONDS,
+        max_buffered: int = DEFAULT_MAX_BUFFERED,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if flush_interval <= 0:
+            raise ValueError(f"flush_interval must be positive, got {flush_interval}")
+        if max_buffered < max_batch:
+            raise ValueError("max_buffered must be at least max_batch")
+        self._target = target
+        self.max_batch = max_batch
+        self.flush_interval = flush_interval
+        self.max_buffered = max_buffered
+        self._buffer: deque[UsageEntry] = deque()
+        self._lock = asyncio.Lock()
+        self._size_flush: asyncio.Task[None] | None = None
+        self._closed = False
+        self._failing = False
+        self.dropped = 0
+        """Entries discarded because the buffer was full (the database kept failing)."""
+        self.written = 0
+        self._dropped_reported = 0
+        table = UsageRecord.__table__
+        assert isinstance(table, Table)
+        self._table = table
+        self._limits = _string_limits(table)
+        self._chunk = max(1, min(max_batch, _MAX_PARAMETERS // len(table.columns)))
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def record(self, entry: UsageEntry) -> None:
+        """Buffer one entry; never blocks and never touches the database."""
+        if len(self._buffer) >= self.max_buffered:
+            # Keep the newest: the oldest rows are the ones the database already
+            # refused for longest.
+            self._buffer.popleft()
+            self.dropped += 1
+        self._buffer.append(entry)
+        # While the database refuses, retries wait for the interval instead of
+        # following the traffic (a failed flush per request would hammer it).
+        if len(self._buffer) >= self.max_batch and not (self._closed or self._failing):
+            self._trigger_flush()
+
+    def _trigger_flush(self) -> None:
+        if self._size_flush is not None and not self._size_flush.done():
+            return  # one in flight already drains everything buffered, new rows included
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # recorded outside a loop (a script): the periodic flush picks it up
+        self._size_flush = loop.create_task(self._flush_quietly())
+
+    async def _flush_quietly(self) -> None:
+        try:
+            await self.flush()
+        except Exception as exc:
+            # Once per outage, not once per interval.
+            if not self._failing:
+                logger.warning(
+                    "usage flush failed; rows kept for retry",
+                    pending=self.pending,
+                    error=repr(exc),
+                )
+            self._failing = True
+
+    async def flush(self) -> int:
+        """Write everything buffered; returns the rows written.
+
+        On failure the unwritten rows go back to the front of the buffer (in order)
+        and the error propagates.
+        """
+        async with self._lock:
+            self._report_drops()
+            total = 0
+            while self._buffer:
+                count = min(self._chunk, len(self._buffer))
+                batch = [self._buffer.popleft() for _ in range(count)]
+                try:
+                    await self._write(batch)
+                except BaseException:
+                    # Cancellation included: shutdown cancels a periodic flush
+                    # mid-write, then flushes once more.
+                    self._requeue(batch)
+                    raise
+                total += count
+                self.written += count
+            if self._failing:
+                logger.info("usage flush recovered", written_total=self.written)
+                self._failing = False
+            return total
+
+    def _requeue(self, batch: Sequence[UsageEntry]) -> None:
+        self._buffer.extendleft(reversed(batch))
+        overflow = len(self._buffer) - self.max_buffered
+        for _ in range(max(0, overflow)):
+            self._buffer.popleft()
+            self.dropped += 1
+
+    def _report_drops(self) -> None:
+        if self.dropped != self._dropped_reported:
+            logger.error(
+                "usage records dropped: the buffer was full",
+                dropped=self.dropped - self._dropped_reported,
+                dropped_total=self.dropped,
+            )
+            self._dropped_reported = self.dropped
+
+    async def _write(self, batch: Sequence[UsageEntry]) -> None:
+        rows = [self._row(entry) for entry in batch]
+        try:
+            await self._execute(rows)
+        except IntegrityError:
+            # The likely cause: a project deleted between the call and this flush.
+            # Its usage is kept, detached, as ON DELETE SET NULL would have left it.
+            if not await self._detach_deleted_projects(rows):
+                raise
+            await self._execute(rows)
+
+    async def _execute(self, rows: list[dict[str, Any]]) -> None:
+        if isinstance(self._target, AsyncEngine):
+            async with self._target.begin() as connection:
+                await connection.execute(self._statement(connection), rows)
+            return
+        async with self._target() as session:
+            connection = await session.connection()
+            await connection.execute(self._statement(connection), rows)
+            await session.commit()
+
+    def _statement(self, connection: AsyncConnection) -> Insert:
+        dialect = connection.dialect.name
+        if dialect == "postgresql":
+            return postgresql.insert(self._table).on_conflict_do_nothing(index_elements=["id"])
+        if dialect == "sqlite":
+            return sqlite.insert(self._table).on_conflict_do_nothing(index_elements=["id"])
+        return insert(self._table)
+
+    async def _detach_deleted_projects(self, rows: list[dict[str, Any]]) -> bool:
+        wanted = {row["project_id"] for row in rows if row["project_id"] is not None}
+        if not wanted:
+            return False
+        query = select(Project.id).where(Project.id.in_(wanted))
+        if isinstance(self._target, AsyncEngine):
+            async with self._target.connect() as connection:
+                existing = set((await connection.execute(query)).scalars())
+        else:
+            async with self._target() as session:
+                existing = set((await session.execute(query)).scalars())
+        gone = wanted - existing
+        for row in rows:
+            if row["project_id"] in gone:
+                row["project_id"] = None
+        return bool(gone)
+
+    def _row(self, entry: UsageEntry) -> dict[str, Any]:
+        row = msgspec.structs.asdict(entry)
+        # An over-long model name must not make its whole batch fail forever.
+        for name, limit in self._limits.items():
+            value = row.get(name)
+            if isinstance(value, str) and len(value) > limit:
+                row[name] = value[:limit]
+        return row
+
+    async def run(self) -> None:
+        """Flush every ``flush_interval`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(self.flush_interval)
+            await self._flush_quietly()
+
+    async def close(self) -> None:
+        """Final flush at shutdown: whatever the database accepts is not lost."""
+        self._closed = True
+        if self._size_flush is not None:
+            await asyncio.gather(self._size_flush, return_exceptions=True)
+        try:
+            await self.flush()
+        except Exception as exc:
+            logger.error(
+                "usage records lost at shutdown: the database refused the final flush",
+                lost=self.pending,
+                error=repr(exc),
+            )

@@ -1,0 +1,69 @@
+"""Run one fake upstream in the foreground (for ``arona demo`` and the benchmark).
+
+``python -m app.fakes --kind openai|ollama --port N [--name X] [--models a,b]
+[--chunks N] [--api-key K] [--prefix /api/paas/v4]`` prints the base URL once it
+listens and runs until SIGINT/SIGTERM. Steer it with ``POST /__fake/control``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+from app.fakes.common import FakeUpstream
+from app.fakes.ollama_upstream import FakeOllama
+from app.fakes.openai_upstream import FakeOpenAI
+from app.fakes.serve import serve_asgi
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m app.fakes", description=__doc__)
+    parser.add_argument("--kind", choices=("openai", "ollama"), default="openai")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--name", default=None, help="appears in replies")
+    parser.add_argument("--models", default=None, help="comma-separated model list")
+    parser.add_argument("--chunks", type=int, default=5, help="content frames per stream")
+    parser.add_argument("--api-key", default=None, help="require this Bearer key (openai)")
+    parser.add_argument("--prefix", default="", help="path-style prefix (openai)")
+    return parser.parse_args(argv)
+
+
+def build_fake(args: argparse.Namespace) -> FakeUpstream:
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    if args.kind == "ollama":
+        if models is None:
+            return FakeOllama(args.name or "fake-ollama", chunks=args.chunks)
+        return FakeOllama(args.name or "fake-ollama", models=models, chunks=args.chunks)
+    name = args.name or "fake-openai"
+    if models is None:
+        return FakeOpenAI(name, prefix=args.prefix, api_key=args.api_key, chunks=args.chunks)
+    return FakeOpenAI(
+        name, models=models, prefix=args.prefix, api_key=args.api_key, chunks=args.chunks
+    )
+
+
+async def run(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # not on Windows
+            loop.add_signal_handler(sig, stop.set)
+    fake = build_fake(args)
+    async with serve_asgi(fake, args.host, args.port) as url:
+        print(f"{args.kind} fake {fake.name!r} listening on {url}", flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        asyncio.run(run(parse_args(argv)))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

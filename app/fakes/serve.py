@@ -1,0 +1,103 @@
+"""Serve an ASGI app with uvicorn inside the current event loop, on a loopback port.
+
+Used by test fixtures, ``arona demo`` and benchmarks to run the fakes next to the
+code under test. The embedded server leaves logging and signals to the host process,
+and its shutdown never waits on a request that is hung on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Protocol, runtime_checkable
+
+import uvicorn
+
+from app.fakes.common import ASGIApp
+
+STARTUP_TIMEOUT_SECONDS = 10.0
+GRACEFUL_SHUTDOWN_SECONDS = 1
+"""Requests still running after this are cancelled (a stream nobody reads, say)."""
+SHUTDOWN_TIMEOUT_SECONDS = 5.0
+
+
+@runtime_checkable
+class Releasable(Protocol):
+    def release(self) -> None:
+        """Answer every request that is being held on purpose."""
+
+
+class _EmbeddedConfig(uvicorn.Config):
+    def configure_logging(self) -> None:
+        # uvicorn would reconfigure its global loggers (levels, handlers) for every
+        # server; next to another uvicorn server (``arona demo``) that silences it.
+        return None
+
+
+class _EmbeddedServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Signals belong to the host (pytest, the CLI); one Ctrl-C must stop it all.
+        yield
+
+
+@contextlib.asynccontextmanager
+async def serve_asgi(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Run ``app`` until the block exits; yields its base URL (``http://host:port``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose
+    # proto says TCP, and without it small responses stall ~40 ms on delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    bound_port = sock.getsockname()[1]
+    config = _EmbeddedConfig(
+        app,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
+    server = _EmbeddedServer(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(STARTUP_TIMEOUT_SECONDS):
+            while not server.started:
+                if task.done():
+                    task.result()  # start-up failed: surface the error
+                    raise RuntimeError("the server exited during start-up")
+                await asyncio.sleep(0.01)
+        yield f"http://{_url_host(host)}:{bound_port}"
+    finally:
+        await _stop(app, server, task)
+        sock.close()
+
+
+async def _stop(app: Any, server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    if isinstance(app, Releasable):
+        app.release()
+    server.should_exit = True
+    done, _ = await asyncio.wait([task], timeout=SHUTDOWN_TIMEOUT_SECONDS)
+    if not done:
+        server.force_exit = True
+        await asyncio.wait([task], timeout=SHUTDOWN_TIMEOUT_SECONDS)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved so a failed shutdown is not reported as unhandled
+    elif not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,38 @@
+"""Which backend kinds exist, and building an adapter for a registered backend."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import httpx
+
+from app.routing.backends.base import Backend
+from app.routing.backends.ollama import OllamaBackend
+from app.routing.backends.openai import OpenAICompatibleBackend
+from app.routing.errors import UnsupportedBackendTypeError
+from app.routing.types import BackendSpec
+
+BACKEND_KINDS = ("external", "ollama")
+REMOVED_KINDS: Mapping[str, str] = MappingProxyType({"comfyui": "comfyui backend removed"})
+
+
+def check_kind(kind: str) -> str:
+    """The normalized (lower-case) kind, or a 400 naming why it is refused."""
+    normalized = kind.strip().lower()
+    if normalized in BACKEND_KINDS:
+        return normalized
+    if normalized in REMOVED_KINDS:
+        raise UnsupportedBackendTypeError(
+            REMOVED_KINDS[normalized], code=f"{normalized}_removed", param="type"
+        )
+    raise UnsupportedBackendTypeError(
+        f"unknown backend type: {kind}", code="unknown_type", param="type"
+    )
+
+
+def build_backend(spec: BackendSpec, http: httpx.AsyncClient) -> Backend:
+    kind = check_kind(spec.kind)
+    if kind == "ollama":
+        return OllamaBackend(spec, http)
+    return OpenAICompatibleBackend(spec, http)

@@ -1,0 +1,245 @@
+"""Adapter for Ollama's native API (``/api/tags``, ``/api/chat``, ``/api/embed``).
+
+An Ollama backend is built from its URL alone: it takes no API key, and it serves
+exactly what it has pulled, so the advertised models are the tags it lists (a static
+list in the spec is ignored). Answers are translated to OpenAI's shapes; NDJSON
+stream lines become ``chat.completion.chunk`` SSE frames.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import httpx
+import msgspec
+
+from app.routing.backends.base import Backend, ChatStream
+from app.routing.backends.ollama_translate import (
+    OllamaChat,
+    OllamaEmbed,
+    chat_completion,
+    chat_request,
+    completion_id,
+    embed_request,
+    embeddings_list,
+    finish_reason,
+    openai_tool_calls,
+    usage_json,
+    wants_base64,
+)
+from app.routing.backends.transport import (
+    HTTP_ERRORS,
+    JSON_HEADERS,
+    describe_error,
+    fetch,
+    invalid_json,
+    open_response,
+    probe_get,
+)
+from app.routing.errors import StreamInterruptedError, UpstreamError
+from app.routing.types import (
+    BackendSpec,
+    Capability,
+    ChatResult,
+    EmbeddingResult,
+    ProbeResult,
+    UpstreamCall,
+    Usage,
+)
+from app.routing.urls import plain_endpoint
+
+DONE_FRAME = b"data: [DONE]\n\n"
+STREAM_HEADERS: Mapping[str, str] = MappingProxyType(
+    {**JSON_HEADERS, "Accept": "application/x-ndjson"}
+)
+
+
+class OllamaBackend(Backend):
+    kind = "ollama"
+    capabilities: frozenset[Capability] = frozenset({"chat", "embeddings"})
+
+    def __init__(self, spec: BackendSpec, http: httpx.AsyncClient) -> None:
+        super().__init__(dataclasses.replace(spec, api_key=None, models=()))
+        self._http = http
+        self._tags_url = plain_endpoint(spec.url, "/api/tags")
+        self._chat_url = plain_endpoint(spec.url, "/api/chat")
+        self._embed_url = plain_endpoint(spec.url, "/api/embed")
+
+    async def probe(self) -> ProbeResult:
+        outcome = await probe_get(self._http, self._tags_url)
+        if isinstance(outcome, str):
+            return ProbeResult(False, outcome)
+        if not outcome.is_success:
+            return ProbeResult(False, f"status {outcome.status_code}")
+        return ProbeResult(True, "ok", tag_names(outcome.content))
+
+    async def chat(self, call: UpstreamCall) -> ChatResult:
+        body = chat_request(call.model, call.body, stream=False)
+        status, content = await fetch(self._http, self._chat_url, body, JSON_HEADERS)
+        try:
+            answer = msgspec.json.decode(content, type=OllamaChat)
+        except msgspec.DecodeError as exc:
+            raise invalid_json(status) from exc
+        if answer.error:
+            raise UpstreamError(f"upstream error: {answer.error}", status=status, retryable=True)
+        completion = chat_completion(answer, call.model, int(time.time()))
+        usage = answer.usage()
+        text = answer.message.content if answer.message is not None else None
+        chars = len(text or "") if usage is None else 0
+        return ChatResult(msgspec.json.encode(completion), usage, completion_text_chars=chars)
+
+    async def chat_stream(self, call: UpstreamCall) -> ChatStream:
+        body = chat_request(call.model, call.body, stream=True)
+        response = await open_response(
+            self._http, "POST", self._chat_url, content=body, headers=STREAM_HEADERS
+        )
+        return OllamaChatStream(response, model=call.model, include_usage=call.include_usage)
+
+    async def embed(self, call: UpstreamCall) -> EmbeddingResult:
+        body = embed_request(call.model, call.body)
+        status, content = await fetch(self._http, self._embed_url, body, JSON_HEADERS)
+        try:
+            answer = msgspec.json.decode(content, type=OllamaEmbed)
+            out = embeddings_list(answer, call.model, as_base64=wants_base64(call.body))
+        except msgspec.DecodeError as exc:
+            raise invalid_json(status) from exc
+        count = answer.prompt_eval_count
+        usage = None if count is None else Usage(prompt_tokens=count)
+        return EmbeddingResult(msgspec.json.encode(out), usage)
+
+
+class OllamaChatStream(ChatStream):
+    """Translates Ollama's NDJSON stream into OpenAI SSE chunks, one network read at a time."""
+
+    def __init__(self, response: httpx.Response, *, model: str, include_usage: bool) -> None:
+        self._response = response
+        self._chunks = response.aiter_bytes()
+        self._model = model
+        self._include_usage = include_usage
+        self._id = completion_id()
+        self._created = int(time.time())
+        self._tail = b""
+        self._started = False
+        self._tool_index = 0
+        self._ended = False
+        self._finished = False
+        self._closed = False
+
+    def __aiter__(self) -> OllamaChatStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self._finished:
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                self._finished = True
+                await self._response.aclose()
+                out = self._translate(b"\n", at_end=True)
+                if out:
+                    return out
+                break
+            except Exception as exc:
+                self._finished = True
+                await self._response.aclose()
+                if self._closed:
+                    break  # the caller closed the stream under us: end quietly
+                if isinstance(exc, HTTP_ERRORS):
+                    raise StreamInterruptedError(describe_error(exc)) from exc
+                raise
+            try:
+                out = self._translate(chunk)
+            except StreamInterruptedError:
+                self._finished = True
+                await self._response.aclose()
+                raise
+            if out:
+                return out
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._finished = True
+        await self._response.aclose()
+
+    def _translate(self, chunk: bytes, *, at_end: bool = False) -> bytes:
+        data = self._tail + chunk if self._tail else chunk
+        cut = data.rfind(b"\n") + 1
+        self._tail = data[cut:]
+        frames: list[bytes] = []
+        for line in data[:cut].split(b"\n"):
+            if self._ended or not line.strip():
+                continue
+            try:
+                answer = msgspec.json.decode(line, type=OllamaChat)
+            except msgspec.DecodeError:
+                continue  # a line we cannot read carries nothing we could relay
+            if answer.error:
+                raise StreamInterruptedError(answer.error)
+            self._frames(answer, frames)
+        if at_end and not self._ended:
+            # The upstream closed cleanly without its final line: end the stream anyway.
+            self._frames(OllamaChat(done=True), frames)
+        return b"".join(frames)
+
+    def _frames(self, answer: OllamaChat, frames: list[bytes]) -> None:
+        message = answer.message
+        delta: dict[str, Any] = {}
+        if not self._started:
+            delta = {"role": "assistant", "content": ""}
+        if message is not None:
+            if message.content:
+                delta["content"] = message.content
+                self.completion_text_chars += len(message.content)
+            if message.thinking:
+                delta["reasoning_content"] = message.thinking
+            if message.tool_calls:
+                delta["tool_calls"] = openai_tool_calls(message.tool_calls, self._tool_index)
+                self._tool_index += len(message.tool_calls)
+        if delta:
+            self._started = True
+            frames.append(self._frame([{"index": 0, "delta": delta, "finish_reason": None}]))
+        if not answer.done:
+            return
+        self._ended = True
+        self.usage = answer.usage()
+        reason = finish_reason(answer, self._tool_index > 0)
+        frames.append(self._frame([{"index": 0, "delta": {}, "finish_reason": reason}]))
+        if self._include_usage and self.usage is not None:
+            frames.append(self._frame([], usage=usage_json(self.usage)))
+        frames.append(DONE_FRAME)
+
+    def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        chunk: dict[str, Any] = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": choices,
+            **extra,
+        }
+        return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
+
+
+def tag_names(body: bytes) -> tuple[str, ...]:
+    """Model names from ``/api/tags`` (``models[].name``, else ``.model``); junk ignored."""
+    try:
+        document: Any = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return ()
+    models = document.get("models") if isinstance(document, dict) else None
+    if not isinstance(models, list):
+        return ()
+    names: list[str] = []
+    for entry in models:
+        if isinstance(entry, dict):
+            name = entry.get("name") if isinstance(entry.get("name"), str) else entry.get("model")
+            if isinstance(name, str) and name.strip():
+                names.append(name.strip())
+    return tuple(dict.fromkeys(names))

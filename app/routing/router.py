@@ -1,0 +1,115 @@
+"""Selection: which backend serves this call.
+
+The pipeline of DESIGN.md: resolve the alias, filter (provider hint, capability,
+advertises the model, healthy, breaker not open, not excluded by an earlier failed
+attempt), honour the conversation pin, then pick the least loaded with round-robin
+among ties so equal backends share load evenly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.routing.affinity import AffinityStore
+from app.routing.aliases import AliasTable
+from app.routing.errors import ModelNotFoundError, NoHealthyBackendError
+from app.routing.registry import BackendRegistry, BackendState
+from app.routing.types import Capability, RouteHints
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    state: BackendState
+    served_model: str
+    """The name the chosen backend advertises the model under (``x`` -> ``x:latest``)."""
+
+
+def _matches_provider(state: BackendState, provider: str | None) -> bool:
+    if not provider:
+        return True
+    wanted = provider.casefold()
+    return state.name.casefold() == wanted or state.kind.casefold() == wanted
+
+
+class Router:
+    def __init__(
+        self, registry: BackendRegistry, aliases: AliasTable, affinity: AffinityStore
+    ) -> None:
+        self._registry = registry
+        self._aliases = aliases
+        self._affinity = affinity
+        self._turn = 0
+
+    def resolve(self, model: str) -> str:
+        return self._aliases.resolve(model)
+
+    def alias_items(self) -> list[tuple[str, str]]:
+        return self._aliases.items()
+
+    def candidates(self, model: str, capability: Capability, hints: RouteHints) -> list[Selection]:
+        """Usable backends for ``model`` (already alias-resolved).
+
+        Raises ``ModelNotFoundError`` when no backend advertises it at all and
+        ``NoHealthyBackendError`` when some do but none can take the call now.
+        """
+        known: list[Selection] = []
+        for state in self._registry:
+            if not state.supports(capability) or not _matches_provider(state, hints.provider):
+                continue
+            served = state.served_name(model)
+            if served is not None:
+                known.append(Selection(state, served))
+        if not known:
+            raise ModelNotFoundError(model)
+        usable = [
+            s
+            for s in known
+            if s.state.health.healthy
+            and s.state.breaker.can_accept()
+            and s.state.name not in hints.exclude
+        ]
+        if not usable:
+            raise NoHealthyBackendError(model, _why_unusable(known, hints))
+        return usable
+
+    async def select(self, model: str, capability: Capability, hints: RouteHints) -> Selection:
+        usable = self.candidates(model, capability, hints)
+        conversation = hints.conversation_id
+        pinned: str | None = None
+        if conversation:
+            pinned = await self._affinity.pinned(hints.affinity_scope, conversation)
+            for selection in usable:
+                if selection.state.name == pinned and selection.state.breaker.acquire():
+                    return selection
+        chosen = self._pick_least_loaded(usable)
+        if conversation and chosen.state.name != pinned:
+            await self._affinity.bind(hints.affinity_scope, conversation, chosen.state.name)
+        return chosen
+
+    def _pick_least_loaded(self, usable: list[Selection]) -> Selection:
+        remaining = list(usable)
+        while remaining:
+            lowest = min(s.state.in_flight for s in remaining)
+            ties = [s for s in remaining if s.state.in_flight == lowest]
+            ties.sort(key=lambda s: s.state.name)
+            chosen = ties[self._turn % len(ties)]
+            self._turn += 1
+            if chosen.state.breaker.acquire():
+                return chosen
+            # A concurrent caller took the half-open trial between filter and pick.
+            remaining.remove(chosen)
+        raise NoHealthyBackendError(usable[0].served_model, "circuit breakers open")
+
+
+def _why_unusable(known: list[Selection], hints: RouteHints) -> str:
+    reasons = []
+    for selection in known:
+        state = selection.state
+        if state.name in hints.exclude:
+            why = "failed this request"
+        elif not state.health.healthy:
+            why = state.health.reason or state.health.status.value
+        else:
+            why = f"circuit breaker {state.breaker.state.value}"
+        reasons.append(f"{state.name}: {why}")
+    return "; ".join(reasons)

@@ -1,0 +1,316 @@
+"""The routing service: select, call, retry, account, relay.
+
+One entry point per capability. A call that fails before any byte reached the client
+is retried on another candidate (at most ``max_retries`` times); breaker verdicts and
+in-flight counts are recorded exactly once per attempt, including when the client
+goes away mid-stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from app.routing.backends.base import ChatStream
+from app.routing.errors import NoHealthyBackendError, StreamInterruptedError, UpstreamError
+from app.routing.registry import BackendRegistry, BackendState
+from app.routing.router import Router, Selection
+from app.routing.types import (
+    Capability,
+    Clock,
+    RawBody,
+    RouteHints,
+    UpstreamCall,
+    Usage,
+    monotonic,
+)
+from app.routing.usage import estimated_usage
+
+DEFAULT_MAX_RETRIES = 2
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """A complete response and where it came from."""
+
+    content: bytes
+    usage: Usage
+    backend: str
+    served_model: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListedModel:
+    id: str
+    owned_by: str
+
+
+def _settle(state: BackendState, error: BaseException | None) -> None:
+    """Record one attempt's verdict in the breaker."""
+    if isinstance(error, StreamInterruptedError) or (
+        isinstance(error, UpstreamError) and error.retryable
+    ):
+        state.breaker.record_failure()
+    elif error is None or isinstance(error, UpstreamError):
+        # A 4xx proves the upstream is alive; the request was at fault.
+        state.breaker.record_success()
+    else:
+        state.breaker.release()  # cancelled or our own bug: no verdict on the upstream
+
+
+class RoutingService:
+    def __init__(
+        self,
+        registry: BackendRegistry,
+        router: Router,
+        *,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        clock: Clock = monotonic,
+    ) -> None:
+        self.registry = registry
+        self.router = router
+        self.max_retries = max_retries
+        self.clock = clock
+
+    async def chat(self, model: str, body: RawBody, hints: RouteHints) -> CallOutcome:
+        async def run(selection: Selection) -> CallOutcome:
+            call = UpstreamCall(model=selection.served_model, body=body)
+            result = await selection.state.adapter.chat(call)
+            usage = result.usage or estimated_usage(body, result.completion_text_chars)
+            return CallOutcome(result.content, usage, selection.state.name, call.model, 0)
+
+        outcome, attempts = await self._with_retries(model, "chat", hints, run)
+        outcome.attempts = attempts
+        return outcome
+
+    async def embed(self, model: str, body: RawBody, hints: RouteHints) -> CallOutcome:
+        async def run(selection: Selection) -> CallOutcome:
+            call = UpstreamCall(model=selection.served_model, body=body)
+            result = await selection.state.adapter.embed(call)
+            usage = result.usage or estimated_usage(body, 0)
+            return CallOutcome(result.content, usage, selection.state.name, call.model, 0)
+
+        outcome, attempts = await self._with_retries(model, "embeddings", hints, run)
+        outcome.attempts = attempts
+        return outcome
+
+    async def open_chat_stream(
+        self, model: str, body: RawBody, hints: RouteHints, *, include_usage: bool
+    ) -> RelayedStream:
+        """Open an upstream stream (retrying failures to open it) and return the relay."""
+        relay = RelayedStream(self, model, body, hints, include_usage)
+        await relay.open()
+        return relay
+
+    def list_models(self) -> list[ListedModel]:
+        listed: dict[str, ListedModel] = {}
+        for state in self.registry:
+            if state.health.healthy:
+                for name in state.models:
+                    listed.setdefault(name, ListedModel(name, state.name))
+        for alias, target in self.router.alias_items():
+            if alias not in listed and self._routable(target):
+                listed[alias] = ListedModel(alias, "alias")
+        return sorted(listed.values(), key=lambda m: m.id)
+
+    def _routable(self, model: str) -> bool:
+        return any(
+            state.health.healthy and state.served_name(model) is not None for state in self.registry
+        )
+
+    async def _with_retries(
+        self,
+        model: str,
+        capability: Capability,
+        hints: RouteHints,
+        run: Callable[[Selection], Awaitable[T]],
+        *,
+        keep_in_flight: bool = False,
+        max_attempts: int | None = None,
+    ) -> tuple[T, int]:
+        """Run ``run`` on selected backends until one succeeds or retries run out.
+
+        With ``keep_in_flight`` the successful attempt stays counted in flight (a stream
+        that is still open) and its breaker verdict is left to the caller.
+        """
+        resolved = self.router.resolve(model)
+        excluded = set(hints.exclude)
+        last_error: UpstreamError | None = None
+        allowed = self.max_retries + 1 if max_attempts is None else max_attempts
+        for attempt in range(1, allowed + 1):
+            try:
+                selection = await self.router.select(
+                    resolved, capability, replace(hints, exclude=frozenset(excluded))
+                )
+            except NoHealthyBackendError:
+                if last_error is not None:
+                    raise last_error from None  # what the failed attempts said, not "none left"
+                raise
+            state = selection.state
+            state.in_flight += 1
+            try:
+                result = await run(selection)
+            except UpstreamError as exc:
+                state.in_flight -= 1
+                _settle(state, exc)
+                if not exc.retryable:
+                    raise
+                last_error = exc
+                excluded.add(state.name)
+                continue
+            except BaseException as exc:
+                state.in_flight -= 1
+                _settle(state, exc)
+                raise
+            if not keep_in_flight:
+                state.in_flight -= 1
+                _settle(state, None)
+            return result, attempt
+        if last_error is None:
+            raise NoHealthyBackendError(resolved, "retry budget spent")
+        raise last_error
+
+
+class RelayedStream:
+    """The client-facing stream: SSE bytes relayed from the chosen upstream.
+
+    If the upstream fails before the first byte, the next candidate is tried (within
+    the retry budget). Once a byte went out, a failure ends the relay with
+    ``StreamInterruptedError`` and the caller sends the SSE error event.
+    """
+
+    def __init__(
+        self,
+        service: RoutingService,
+        model: str,
+        body: RawBody,
+        hints: RouteHints,
+        include_usage: bool,
+    ) -> None:
+        self._service = service
+        self._model = model
+        self._body = body
+        self._hints = hints
+        self._include_usage = include_usage
+        self._excluded: set[str] = set(hints.exclude)
+        self._attempts_used = 0
+        self._upstream: ChatStream | None = None
+        self._state: BackendState | None = None
+        self.backend: str = ""
+        self.served_model: str = ""
+        self.usage: Usage = Usage()
+        self.first_byte_at: float | None = None
+        self.error: UpstreamError | None = None
+        self._completion_chars = 0
+
+    @property
+    def attempts(self) -> int:
+        return self._attempts_used
+
+    async def open(self) -> None:
+        service = self._service
+
+        async def run(selection: Selection) -> ChatStream:
+            call = UpstreamCall(
+                model=selection.served_model,
+                body=self._body,
+                stream=True,
+                include_usage=self._include_usage,
+            )
+            return await selection.state.adapter.chat_stream(call)
+
+        hints = replace(self._hints, exclude=frozenset(self._excluded))
+        selected: list[Selection] = []
+
+        async def run_and_note(selection: Selection) -> ChatStream:
+            selected.append(selection)
+            return await run(selection)
+
+        upstream, attempts = await service._with_retries(
+            self._model,
+            "chat",
+            hints,
+            run_and_note,
+            keep_in_flight=True,
+            max_attempts=service.max_retries + 1 - self._attempts_used,
+        )
+        self._attempts_used += attempts
+        self._excluded.update(s.state.name for s in selected[:-1])
+        self._upstream = upstream
+        self._state = selected[-1].state
+        upstream.count_text = not self._state.reports_usage
+        self.backend = self._state.name
+        self.served_model = selected[-1].served_model
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while self._upstream is not None:
+            upstream = self._upstream
+            sent = False
+            try:
+                async for chunk in upstream:
+                    if self.first_byte_at is None:
+                        self.first_byte_at = self._service.clock()
+                    sent = True
+                    yield chunk
+            except StreamInterruptedError as exc:
+                self._completion_chars += upstream.completion_text_chars
+                await self._finish(exc)
+                if sent or not self._can_retry():
+                    self.error = exc
+                    self._settle_usage(produced=sent)
+                    raise
+                self._excluded.add(self.backend)
+                try:
+                    await self.open()
+                except NoHealthyBackendError:
+                    # Nobody left to try: report what actually went wrong.
+                    self.error = exc
+                    self._settle_usage(produced=False)
+                    raise exc from None
+                except UpstreamError as reopen_error:
+                    self.error = reopen_error
+                    self._settle_usage(produced=False)
+                    raise
+                continue
+            self._completion_chars += upstream.completion_text_chars
+            if upstream.usage is not None:
+                self.usage = upstream.usage
+                if self._state is not None:
+                    self._state.reports_usage = True
+            else:
+                if self._state is not None:
+                    self._state.reports_usage = False  # count text again next time
+                self._settle_usage(produced=True)
+            await self._finish(None)
+            return
+
+    def _can_retry(self) -> bool:
+        return self._attempts_used <= self._service.max_retries
+
+    def _settle_usage(self, *, produced: bool) -> None:
+        if produced:
+            self.usage = estimated_usage(self._body, self._completion_chars)
+        else:
+            self.usage = Usage()
+
+    async def _finish(self, error: BaseException | None) -> None:
+        """Account for the current upstream once: in-flight, breaker, connection."""
+        state, upstream = self._state, self._upstream
+        self._state = None
+        self._upstream = None
+        if upstream is not None:
+            await upstream.aclose()
+        if state is not None:
+            state.in_flight -= 1
+            _settle(state, error)
+
+    async def aclose(self) -> None:
+        """Called when the relay ends for any reason, including a client disconnect."""
+        await self._finish(_ClientGone() if self._state is not None else None)
+
+
+class _ClientGone(Exception):
+    """No verdict on the upstream: the client left before the stream finished."""

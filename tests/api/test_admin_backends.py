@@ -1,0 +1,387 @@
+"""Backend admin API through the real app: registration, health, validation, auth.
+
+Upstreams are real servers on loopback ports (``app.fakes``); the fake OpenAI server
+demands the registered API key, so a backend turning healthy proves the stored key
+was decrypted and sent.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from litestar.testing import AsyncTestClient
+from sqlalchemy import select
+
+from app.db.models import BackendConfig
+from app.fakes.ollama_upstream import FakeOllama
+from app.fakes.openai_upstream import FakeOpenAI
+from app.fakes.serve import serve_asgi
+from app.lib.settings import Settings
+from tests.api.auth_support import execute
+from tests.api.routing_support import (
+    ADMIN,
+    BACKEND_FIELDS,
+    UPSTREAM_KEY,
+    Upstream,
+    admin_client,
+    backend,
+    register_backend,
+    routing_settings,
+    unique_name,
+    upstream,
+    wait_healthy,
+)
+from tests.api.support import (
+    Client,
+    create_api_key,
+    eventually,
+    resources_of,
+    set_user_flags,
+    user_with_id,
+)
+from tests.conftest import AppFactory, with_settings
+from tests.helpers import assert_error, new_project
+
+__all__ = ["admin_client", "routing_settings", "upstream"]
+
+ISO_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")
+
+
+def assert_no_key(response: Any) -> None:
+    assert UPSTREAM_KEY not in response.text
+    assert UPSTREAM_KEY[-8:] not in response.text
+
+
+# ---------------------------------------------------------------- register / read
+
+
+async def test_register_an_external_backend_and_watch_it_turn_healthy(
+    admin_client: Client, upstream: Upstream
+) -> None:
+    fake, url = upstream
+    name = unique_name("ext")
+    response = await register_backend(
+        admin_client,
+        name=name,
+        type="external",
+        url=url,
+        api_key=UPSTREAM_KEY,
+        models=["my-static-model"],
+    )
+    assert response.status_code == 201, response.text
+    assert_no_key(response)
+    body = response.json()
+    assert set(body) == BACKEND_FIELDS
+    assert body["name"] == name
+    assert body["type"] == "external"
+    assert body["url"] == url
+    assert body["has_api_key"] is True
+    assert body["models"] == ["my-static-model"]
+    assert body["breaker"] == {"state": "closed", "consecutive_failures": 0}
+    assert body["in_flight"] == 0
+    assert ISO_UTC.match(body["created_at"])
+    assert ISO_UTC.match(body["updated_at"])
+    # Fail-closed until probed; the probe starts at once and may already be done.
+    health = body["health"]
+    assert set(health) == {"status", "reason", "checked_at"}
+    assert (health["status"], health["reason"], health["checked_at"]) == (
+        "unknown",
+        "not probed yet",
+        None,
+    ) or health["status"] == "healthy"
+
+    shown = await wait_healthy(admin_client, name)
+    assert ISO_UTC.match(shown["health"]["checked_at"])
+    # The static list first, then what the upstream's listing added.
+    assert shown["advertised_models"] == [
+        "my-static-model",
+        "gpt-4o-mini",
+        "text-embedding-3-small",
+    ]
+    assert shown["models"] == ["my-static-model"]
+    # The probe reached the upstream with the stored key.
+    [*_, probe] = fake.requests_for("/models")
+    assert probe.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
+
+    state = resources_of(admin_client).backend_registry.get(name)
+    assert state is not None
+    assert state.health.healthy
+    listed = await admin_client.get("/api/admin/backends?limit=500", headers=ADMIN)
+    assert listed.status_code == 200, listed.text
+    assert_no_key(listed)
+    page = listed.json()
+    assert set(page) == {"items", "total", "limit", "offset"}
+    assert (page["limit"], page["offset"]) == (500, 0)
+    [item] = [i for i in page["items"] if i["name"] == name]
+    assert item["health"]["status"] == "healthy"
+
+
+async def test_the_key_is_stored_encrypted_and_bound_to_its_row(
+    admin_client: Client, upstream: Upstream
+) -> None:
+    _, url = upstream
+    name = unique_name("enc")
+    response = await register_backend(
+        admin_client, name=name, type="external", url=url, api_key=UPSTREAM_KEY
+    )
+    assert response.status_code == 201, response.text
+    settings = resources_of(admin_client).settings
+    [(stored,)] = await execute(
+        settings, select(BackendConfig.api_key_encrypted).where(BackendConfig.name == name)
+    )
+    assert stored.startswith("v1:k1:")
+    assert UPSTREAM_KEY not in stored
+
+
+async def test_a_backend_without_a_reachable_upstream_turns_unhealthy(
+    admin_client: Client,
+) -> None:
+    name = unique_name("dead")
+    # Port 9 (discard) on loopback: nothing listens, the probe is refused at once.
+    response = await register_backend(
+        admin_client, name=name, type="external", url="http://127.0.0.1:9"
+    )
+    assert response.status_code == 201, response.text
+
+    async def unhealthy() -> bool:
+        return bool((await backend(admin_client, name)).json()["health"]["status"] == "unhealthy")
+
+    await eventually(unhealthy, within=5)
+
+
+async def test_pagination_of_the_backend_list(admin_client: Client, upstream: Upstream) -> None:
+    _, url = upstream
+    prefix = unique_name("page")
+    for n in range(3):
+        response = await register_backend(
+            admin_client, name=f"{prefix}-{n}", type="external", url=url
+        )
+        assert response.status_code == 201, response.text
+    everything = (await admin_client.get("/api/admin/backends?limit=500", headers=ADMIN)).json()
+    names = [i["name"] for i in everything["items"]]
+    assert names == sorted(names)
+    assert everything["total"] == len(names)
+    second = (await admin_client.get("/api/admin/backends?limit=1&offset=1", headers=ADMIN)).json()
+    assert [i["name"] for i in second["items"]] == names[1:2]
+    assert second["total"] == everything["total"]
+    assert_error(await admin_client.get("/api/admin/backends?limit=0", headers=ADMIN), 400)
+
+
+async def test_registering_an_existing_name_replaces_it(
+    admin_client: Client, upstream: Upstream
+) -> None:
+    _fake, url = upstream
+    name = unique_name("swap")
+    first = await register_backend(
+        admin_client, name=name, type="external", url=url, api_key=UPSTREAM_KEY, models=["a"]
+    )
+    assert first.status_code == 201, first.text
+    await wait_healthy(admin_client, name)
+    registry = resources_of(admin_client).backend_registry
+    old_state = registry.get(name)
+
+    other = FakeOpenAI("other", models=["other-model"])
+    async with serve_asgi(other) as other_url:
+        second = await register_backend(
+            admin_client, name=name, type="EXTERNAL", url=other_url, models=["b", "c"]
+        )
+        assert second.status_code == 201, second.text
+        body = second.json()
+        assert body["type"] == "external"
+        assert body["url"] == other_url
+        assert body["has_api_key"] is False
+        assert body["models"] == ["b", "c"]
+        assert body["created_at"] == first.json()["created_at"]
+        shown = await wait_healthy(admin_client, name)
+        assert shown["advertised_models"] == ["b", "c", "other-model"]
+        assert registry.get(name) is not old_state
+        assert other.requests_for("/models")
+        # The replaced key is gone: nothing was sent with it to the new upstream.
+        assert all("authorization" not in r.headers for r in other.requests_for("/models"))
+    listed = (await admin_client.get("/api/admin/backends?limit=500", headers=ADMIN)).json()
+    assert [i["name"] for i in listed["items"]].count(name) == 1
+
+
+async def test_ollama_backends_ignore_api_key_and_models(admin_client: Client) -> None:
+    fake = FakeOllama("ollama", models=["llama3:latest"])
+    async with serve_asgi(fake) as url:
+        name = unique_name("ollama")
+        response = await register_backend(
+            admin_client,
+            name=name,
+            type="ollama",
+            url=url,
+            api_key=UPSTREAM_KEY,
+            models=["ignored-model"],
+        )
+        assert response.status_code == 201, response.text
+        assert_no_key(response)
+        body = response.json()
+        assert body["type"] == "ollama"
+        assert body["has_api_key"] is False
+        assert body["models"] == []
+        shown = await wait_healthy(admin_client, name)
+        assert shown["advertised_models"] == ["llama3:latest"]
+    settings = resources_of(admin_client).settings
+    [(stored_key, stored_models)] = await execute(
+        settings,
+        select(BackendConfig.api_key_encrypted, BackendConfig.models).where(
+            BackendConfig.name == name
+        ),
+    )
+    assert (stored_key, stored_models) == (None, [])
+
+
+# ---------------------------------------------------------------- validation
+
+
+async def test_comfyui_is_refused(admin_client: Client) -> None:
+    response = await register_backend(
+        admin_client, name=unique_name(), type="comfyui", url="http://127.0.0.1:8188"
+    )
+    error = assert_error(response, 400)
+    assert error["message"] == "comfyui backend removed"
+    assert error["param"] == "type"
+
+
+async def test_an_unknown_type_is_refused(admin_client: Client) -> None:
+    response = await register_backend(
+        admin_client, name=unique_name(), type="mainframe", url="http://127.0.0.1:1"
+    )
+    error = assert_error(response, 400, "unknown_type")
+    assert error["param"] == "type"
+
+
+BAD_BODIES: list[tuple[dict[str, Any], str]] = [
+    ({"name": "has space"}, "name"),
+    ({"name": "slash/name"}, "name"),
+    ({"name": ""}, "name"),
+    ({"name": "x" * 101}, "name"),
+    ({"url": "ftp://example.com"}, "url"),
+    ({"url": "ws://127.0.0.1:9000"}, "url"),
+    ({"url": "127.0.0.1:8000"}, "url"),
+    ({"url": "http://"}, "url"),
+    ({"url": "http://user:secret@example.com"}, "url"),
+    ({"url": "http://example.com:99999"}, "url"),
+    ({"url": "http://example.com/?q=1"}, "url"),
+    ({"url": "http://example.com/" + "a" * 2048}, "url"),
+    ({"models": [""]}, "models[0]"),
+    ({"models": ["ok", "   "]}, "models[1]"),
+    ({"models": ["m" * 201]}, "models[0]"),
+    ({"models": [f"m{n}" for n in range(1001)]}, "models"),
+    ({"models": "gpt-4o"}, "models"),
+    ({"unexpected": True}, "unexpected"),
+]
+
+
+async def test_bad_registrations_are_400_naming_the_field(admin_client: Client) -> None:
+    for change, param in BAD_BODIES:
+        body = {"name": unique_name(), "type": "external", "url": "http://127.0.0.1:1", **change}
+        response = await register_backend(admin_client, **body)
+        error = assert_error(response, 400)
+        assert error["param"] == param, (change, error)
+    for missing in ("name", "type", "url"):
+        body = {"name": unique_name(), "type": "external", "url": "http://127.0.0.1:1"}
+        del body[missing]
+        assert assert_error(await register_backend(admin_client, **body), 400)["param"] == missing
+
+
+async def test_a_thousand_models_are_accepted(admin_client: Client) -> None:
+    models = [f"model-{n}" for n in range(1000)]
+    response = await register_backend(
+        admin_client, name=unique_name(), type="external", url="http://127.0.0.1:1", models=models
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["models"] == models
+
+
+# ---------------------------------------------------------------- access
+
+
+async def test_only_platform_admins_reach_the_backend_api(
+    routing_settings: Settings, make_app: AppFactory
+) -> None:
+    async with AsyncTestClient(app=make_app(routing_settings)) as client:
+        name = unique_name("auth")
+        body = {"name": name, "type": "external", "url": "http://127.0.0.1:1"}
+        routes = [
+            ("POST", "/api/admin/backends", body),
+            ("GET", "/api/admin/backends", None),
+            ("GET", f"/api/admin/backends/{name}", None),
+            ("DELETE", f"/api/admin/backends/{name}", None),
+        ]
+        # Not an admin even if this happens to be the database's first user.
+        _, user, user_id = await user_with_id(client)
+        await set_user_flags(routing_settings, user_id, is_admin=False)
+        project = await new_project(client, user)
+        api_key = await create_api_key(client, project["id"], user)
+        for method, path, json in routes:
+            assert_error(await client.request(method, path, json=json), 401)
+            assert_error(
+                await client.request(method, path, json=json, headers=user), 403, "admin_required"
+            )
+            key_headers = {"Authorization": f"Bearer {api_key['key']}"}
+            assert_error(await client.request(method, path, json=json, headers=key_headers), 403)
+        assert (await client.get(f"/api/admin/backends/{name}", headers=ADMIN)).status_code == 404
+
+        # A platform admin user and the operator token both work.
+        _, admin_user, admin_id = await user_with_id(client, "admin")
+        await set_user_flags(routing_settings, admin_id, is_admin=True)
+        created = await client.post("/api/admin/backends", json=body, headers=admin_user)
+        assert created.status_code == 201, created.text
+        assert (await client.get(f"/api/admin/backends/{name}", headers=ADMIN)).status_code == 200
+        deleted = await client.delete(f"/api/admin/backends/{name}", headers=admin_user)
+        assert deleted.status_code == 204, deleted.text
+
+
+async def test_the_admin_token_is_refused_when_not_configured(
+    routing_settings: Settings, make_app: AppFactory
+) -> None:
+    settings = with_settings(routing_settings, admin_token=None)
+    async with AsyncTestClient(app=make_app(settings)) as client:
+        assert_error(await client.get("/api/admin/backends", headers=ADMIN), 401)
+
+
+# ---------------------------------------------------------------- delete
+
+
+async def test_delete_removes_it_and_a_second_delete_is_404(
+    admin_client: Client, upstream: Upstream
+) -> None:
+    _, url = upstream
+    name = unique_name("del")
+    assert (
+        await register_backend(admin_client, name=name, type="external", url=url)
+    ).status_code == 201
+    registry = resources_of(admin_client).backend_registry
+    assert registry.get(name) is not None
+
+    response = await admin_client.delete(f"/api/admin/backends/{name}", headers=ADMIN)
+    assert response.status_code == 204, response.text
+    assert response.content == b""
+    assert registry.get(name) is None
+    assert_error(await backend(admin_client, name), 404, "backend_not_found")
+    assert_error(
+        await admin_client.delete(f"/api/admin/backends/{name}", headers=ADMIN),
+        404,
+        "backend_not_found",
+    )
+
+
+async def test_a_refused_registration_never_echoes_the_key(admin_client: Client) -> None:
+    base = {"type": "external", "url": "http://127.0.0.1:1", "api_key": UPSTREAM_KEY}
+    bodies: list[dict[str, Any]] = [
+        {**base, "name": "bad name"},
+        {**base, "name": unique_name(), "api_key": UPSTREAM_KEY * 400},
+        {**base, "name": unique_name(), "api_key": [UPSTREAM_KEY]},
+        {**base, "name": unique_name(), "type": "comfyui"},
+        {**base, "name": unique_name(), "type": "unknown"},
+        {**base, "name": unique_name(), "url": f"http://user:{UPSTREAM_KEY}@127.0.0.1:1"},
+        {**base, "name": unique_name(), "url": f"http://127.0.0.1:{UPSTREAM_KEY}"},
+        {**base, "name": unique_name(), "url": f"http://[{UPSTREAM_KEY}"},
+    ]
+    for body in bodies:
+        response = await register_backend(admin_client, **body)
+        assert_error(response, 400)
+        assert_no_key(response)

@@ -1,0 +1,93 @@
+"""Fixtures for the routing tests: fake upstreams on real loopback ports.
+
+Each fake server is started once per session and reset before every test that uses
+it, so tests see fresh switches, records and counters without paying for a restart.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import httpx
+import pytest
+
+from app.fakes import FakeOllama, FakeOpenAI, serve_asgi
+from app.fakes.common import FakeUpstream
+from app.lib.http import build_http_client
+
+F = TypeVar("F", bound=FakeUpstream)
+
+UPSTREAM_KEY = "sk-upstream-secret"
+PATH_PREFIX = "/api/paas/v4"
+
+
+@dataclass
+class Served(Generic[F]):
+    fake: F
+    url: str
+
+
+@pytest.fixture(scope="session")
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    client = build_http_client()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def short_http() -> AsyncIterator[httpx.AsyncClient]:
+    """A client whose reads give up quickly, for upstreams that hang."""
+    client = build_http_client(timeout=httpx.Timeout(5.0, read=0.5))
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture(scope="session")
+async def _openai_server() -> AsyncIterator[Served[FakeOpenAI]]:
+    fake = FakeOpenAI("alpha", prefix=PATH_PREFIX)
+    async with serve_asgi(fake) as url:
+        yield Served(fake, url)
+
+
+@pytest.fixture(scope="session")
+async def _keyed_server() -> AsyncIterator[Served[FakeOpenAI]]:
+    fake = FakeOpenAI("keyed", api_key=UPSTREAM_KEY)
+    async with serve_asgi(fake) as url:
+        yield Served(fake, url)
+
+
+@pytest.fixture(scope="session")
+async def _ollama_server() -> AsyncIterator[Served[FakeOllama]]:
+    fake = FakeOllama("llama-box")
+    async with serve_asgi(fake) as url:
+        yield Served(fake, url)
+
+
+@pytest.fixture
+def openai_upstream(_openai_server: Served[FakeOpenAI]) -> Served[FakeOpenAI]:
+    _openai_server.fake.reset()
+    return _openai_server
+
+
+@pytest.fixture
+def keyed_upstream(_keyed_server: Served[FakeOpenAI]) -> Served[FakeOpenAI]:
+    _keyed_server.fake.reset()
+    return _keyed_server
+
+
+@pytest.fixture
+def ollama_upstream(_ollama_server: Served[FakeOllama]) -> Served[FakeOllama]:
+    _ollama_server.fake.reset()
+    return _ollama_server
+
+
+@pytest.fixture
+def refused_url() -> str:
+    """A loopback URL nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

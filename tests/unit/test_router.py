@@ -1,0 +1,199 @@
+"""Every selection rule, on fake backends with a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from app.routing.errors import ModelNotFoundError, NoHealthyBackendError
+from app.routing.names import canonical
+from app.routing.types import BackendSpec, Health, HealthStatus, ProbeResult, RouteHints
+from tests.unit.routing_fakes import RoutingRig
+
+
+@pytest.fixture
+def rig() -> RoutingRig:
+    return RoutingRig()
+
+
+async def select(rig: RoutingRig, model: str = "m", **hints: object) -> str:
+    selection = await rig.router.select(model, "chat", RouteHints(**hints))  # type: ignore[arg-type]
+    selection.state.breaker.record_success()
+    return selection.state.name
+
+
+def test_canonical_names() -> None:
+    assert canonical("nomic-embed-text:latest") == "nomic-embed-text"
+    assert canonical("qwen3:0.6b") == "qwen3:0.6b"
+    assert canonical("plain") == "plain"
+
+
+async def test_unknown_model_is_model_not_found(rig: RoutingRig) -> None:
+    rig.add("a")
+    with pytest.raises(ModelNotFoundError) as info:
+        await select(rig, "nope")
+    assert info.value.message == "No backend available for model: nope"
+    assert info.value.status_code == 404
+
+
+async def test_known_model_with_only_unhealthy_backends_is_500(rig: RoutingRig) -> None:
+    rig.add("a", healthy=False)
+    with pytest.raises(NoHealthyBackendError) as info:
+        await select(rig)
+    assert info.value.status_code == 500
+    assert "not probed yet" in info.value.message
+
+
+async def test_fail_closed_until_probed(rig: RoutingRig) -> None:
+    state = rig.add("a", healthy=False)
+    assert state.health.status is HealthStatus.UNKNOWN
+    with pytest.raises(NoHealthyBackendError):
+        await select(rig)
+
+
+async def test_latest_tag_rules(rig: RoutingRig) -> None:
+    rig.add("ollama", models=("nomic-embed-text:latest", "qwen3:0.6b"))
+    selection = await rig.router.select("nomic-embed-text", "chat", RouteHints())
+    assert selection.served_model == "nomic-embed-text:latest"
+    assert (
+        await rig.router.select("qwen3:0.6b", "chat", RouteHints())
+    ).served_model == "qwen3:0.6b"
+    with pytest.raises(ModelNotFoundError):
+        await rig.router.select("qwen3", "chat", RouteHints())
+    with pytest.raises(ModelNotFoundError):
+        await rig.router.select("qwen3:1.7b", "chat", RouteHints())
+    with pytest.raises(ModelNotFoundError):
+        await rig.router.select("nomic-embed-text:v1.5", "chat", RouteHints())
+
+
+async def test_static_models_come_first_and_discovery_is_deduplicated(rig: RoutingRig) -> None:
+    state = rig.add("a", models=("x", "y"))
+    state.apply_probe(ProbeResult(True, "ok", ("y", "z", "x", "z")), state.health)
+    assert state.models == ("x", "y", "z")
+
+
+async def test_alias_resolves_before_routing(rig: RoutingRig) -> None:
+    rig.add("a", models=("real-model",))
+    rig.aliases.set("fast", "real-model")
+    assert rig.router.resolve("fast") == "real-model"
+    assert rig.router.resolve("real-model") == "real-model"
+
+
+async def test_provider_hint_filters_by_name_or_kind_case_insensitively(rig: RoutingRig) -> None:
+    rig.add("alpha")
+    rig.add("beta", kind="ollama")
+    assert {await select(rig, provider="ALPHA") for _ in range(4)} == {"alpha"}
+    assert {await select(rig, provider="Ollama") for _ in range(4)} == {"beta"}
+    with pytest.raises(ModelNotFoundError):
+        await select(rig, provider="gamma")
+
+
+async def test_capability_filter(rig: RoutingRig) -> None:
+    rig.add("a")
+    with pytest.raises(ModelNotFoundError):
+        await rig.router.select("m", "video", RouteHints())
+
+
+async def test_open_breaker_excludes_backend(rig: RoutingRig) -> None:
+    a = rig.add("a")
+    rig.add("b")
+    for _ in range(3):
+        a.breaker.record_failure()
+    assert {await select(rig) for _ in range(6)} == {"b"}
+
+
+async def test_all_breakers_open_is_500(rig: RoutingRig) -> None:
+    a = rig.add("a")
+    for _ in range(3):
+        a.breaker.record_failure()
+    with pytest.raises(NoHealthyBackendError) as info:
+        await select(rig)
+    assert "circuit breaker open" in info.value.message
+
+
+async def test_half_open_gives_exactly_one_trial(rig: RoutingRig) -> None:
+    a = rig.add("a")
+    for _ in range(3):
+        a.breaker.record_failure()
+    rig.clock.advance(30)
+    first = await rig.router.select("m", "chat", RouteHints())
+    assert first.state is a
+    with pytest.raises(NoHealthyBackendError):
+        await rig.router.select("m", "chat", RouteHints())
+
+
+async def test_least_loaded_wins(rig: RoutingRig) -> None:
+    a = rig.add("a")
+    rig.add("b")
+    a.in_flight = 2
+    assert {await select(rig) for _ in range(5)} == {"b"}
+
+
+async def test_ties_go_round_robin_so_equal_backends_share_evenly(rig: RoutingRig) -> None:
+    for name in ("a", "b", "c"):
+        rig.add(name)
+    counts = Counter([await select(rig) for _ in range(300)])
+    assert counts == {"a": 100, "b": 100, "c": 100}
+
+
+async def test_affinity_pins_then_rebinds_when_the_backend_is_unhealthy(rig: RoutingRig) -> None:
+    rig.add("a")
+    rig.add("b")
+    first = await select(rig, conversation_id="c1", affinity_scope="p1")
+    # Load the pinned backend: least-loaded would move the call, the pin must not.
+    pinned_state = rig.registry.get(first)
+    assert pinned_state is not None
+    pinned_state.in_flight = 5
+    assert {await select(rig, conversation_id="c1", affinity_scope="p1") for _ in range(5)} == {
+        first
+    }
+    pinned_state.health = Health(HealthStatus.UNHEALTHY, "down", 1.0)
+    other = await select(rig, conversation_id="c1", affinity_scope="p1")
+    assert other != first
+    pinned_state.health = Health(HealthStatus.HEALTHY, "ok", 2.0)
+    pinned_state.in_flight = 0
+    # Re-bound: the conversation stays on its new backend after the old one recovers.
+    assert {await select(rig, conversation_id="c1", affinity_scope="p1") for _ in range(5)} == {
+        other
+    }
+
+
+async def test_affinity_rebinds_when_the_backend_is_removed(rig: RoutingRig) -> None:
+    rig.add("a")
+    rig.add("b")
+    first = await select(rig, conversation_id="c1", affinity_scope="p")
+    rig.registry.remove(first)
+    second = await select(rig, conversation_id="c1", affinity_scope="p")
+    assert second != first
+    assert await rig.affinity.pinned("p", "c1") == second
+
+
+async def test_pins_are_scoped_per_project(rig: RoutingRig) -> None:
+    rig.add("a")
+    rig.add("b")
+    await rig.affinity.bind("p1", "same-id", "a")
+    await rig.affinity.bind("p2", "same-id", "b")
+    assert await select(rig, conversation_id="same-id", affinity_scope="p1") == "a"
+    assert await select(rig, conversation_id="same-id", affinity_scope="p2") == "b"
+
+
+async def test_pins_expire(rig: RoutingRig) -> None:
+    rig.affinity.ttl = 0.05
+    rig.add("a")
+    await select(rig, conversation_id="c", affinity_scope="p")
+    assert await rig.affinity.pinned("p", "c") == "a"
+    await asyncio.sleep(0.1)
+    assert await rig.affinity.pinned("p", "c") is None
+
+
+async def test_replacing_a_backend_starts_it_fail_closed(rig: RoutingRig) -> None:
+    rig.add("a")
+    state, old = rig.registry.upsert(
+        BackendSpec(name="a", kind="external", url="http://y", models=("m",))
+    )
+    assert old is not None
+    assert state.health.status is HealthStatus.UNKNOWN
+    with pytest.raises(NoHealthyBackendError):
+        await select(rig)
