@@ -8,7 +8,7 @@ goes away mid-stream.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -245,7 +245,7 @@ class RelayedStream:
         self.backend = self._state.name
         self.served_model = selected[-1].served_model
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def __aiter__(self) -> AsyncGenerator[bytes, None]:
         while self._upstream is not None:
             upstream = self._upstream
             sent = False

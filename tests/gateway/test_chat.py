@@ -7,11 +7,12 @@ import asyncio
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 from tests.gateway.conftest import GatewayEnv, unique
 from tests.helpers import assert_error, bearer
 
-MESSAGES = [{"role": "user", "content": "Say hello"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello"}]
 
 
 async def test_register_becomes_healthy_quickly_and_routes(env: GatewayEnv) -> None:
@@ -21,7 +22,7 @@ async def test_register_becomes_healthy_quickly_and_routes(env: GatewayEnv) -> N
     assert created["health"]["status"] in ("unknown", "healthy")
     took = await env.wait_health(name, "healthy", within=2.0)
     assert took < 2.0
-    reply = await env.sdk().chat.completions.create(model="chat-a", messages=MESSAGES)  # type: ignore[arg-type]
+    reply = await env.sdk().chat.completions.create(model="chat-a", messages=MESSAGES)
     assert fake.name in (reply.choices[0].message.content or "")
     assert reply.usage is not None
     assert reply.usage.total_tokens > 0
@@ -34,7 +35,7 @@ async def test_stream_relays_chunks_and_honours_include_usage(env: GatewayEnv) -
     stream = await sdk.chat.completions.create(
         model="chat-s",
         messages=MESSAGES,
-        stream=True,  # type: ignore[arg-type]
+        stream=True,
     )
     chunks = [chunk async for chunk in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -43,7 +44,7 @@ async def test_stream_relays_chunks_and_honours_include_usage(env: GatewayEnv) -
 
     stream = await sdk.chat.completions.create(
         model="chat-s",
-        messages=MESSAGES,  # type: ignore[arg-type]
+        messages=MESSAGES,
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -76,11 +77,13 @@ async def test_passthrough_fields_are_forwarded_and_routing_fields_consumed(
     fake, url = await env.fake(models=["chat-p"], api_key="sk-upstream-secret")
     name = unique("ext")
     await env.register(name, url, api_key="sk-upstream-secret")
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    tools: list[ChatCompletionToolParam] = [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    ]
     await env.sdk().chat.completions.create(
         model="chat-p",
-        messages=MESSAGES,  # type: ignore[arg-type]
-        tools=tools,  # type: ignore[arg-type]
+        messages=MESSAGES,
+        tools=tools,
         tool_choice="auto",
         response_format={"type": "json_object"},
         temperature=0.2,
@@ -113,7 +116,7 @@ async def test_passthrough_fields_are_forwarded_and_routing_fields_consumed(
 
 async def test_unknown_model_is_404_model_not_found(env: GatewayEnv) -> None:
     with pytest.raises(openai.NotFoundError) as info:
-        await env.sdk().chat.completions.create(model="no-such-model", messages=MESSAGES)  # type: ignore[arg-type]
+        await env.sdk().chat.completions.create(model="no-such-model", messages=MESSAGES)
     assert info.value.code == "model_not_found"
     assert "No backend available for model: no-such-model" in str(info.value)
 
@@ -143,7 +146,7 @@ async def test_listing_404_backend_is_healthy_and_routed_by_static_list(env: Gat
     await env.register(name, url, models=["static-only"])
     detail = await env.backend(name)
     assert detail["advertised_models"] == ["static-only"]
-    reply = await env.sdk().chat.completions.create(model="static-only", messages=MESSAGES)  # type: ignore[arg-type]
+    reply = await env.sdk().chat.completions.create(model="static-only", messages=MESSAGES)
     assert reply.choices[0].message.content
 
 
@@ -170,7 +173,7 @@ async def test_retry_moves_a_failed_call_to_another_backend(env: GatewayEnv) -> 
     await env.register(unique("b"), good_url)
     bad.control.fail_status = 500
     for _ in range(4):
-        reply = await env.sdk().chat.completions.create(model="chat-r", messages=MESSAGES)  # type: ignore[arg-type]
+        reply = await env.sdk().chat.completions.create(model="chat-r", messages=MESSAGES)
         assert good.name in (reply.choices[0].message.content or "")
     assert bad.stats.failures >= 1
 
@@ -201,7 +204,7 @@ async def test_breaker_opens_after_three_failures_then_half_open_trial_closes_it
     fake.control.fail_status = None
     await asyncio.sleep(env.settings.breaker_open_seconds + 0.05)
     assert (await env.backend(name))["breaker"]["state"] == "half_open"
-    reply = await env.sdk().chat.completions.create(model="chat-cb", messages=MESSAGES)  # type: ignore[arg-type]
+    reply = await env.sdk().chat.completions.create(model="chat-cb", messages=MESSAGES)
     assert reply.choices[0].message.content
     assert (await env.backend(name))["breaker"]["state"] == "closed"
 
@@ -227,7 +230,7 @@ async def test_mid_stream_failure_ends_with_error_event_then_done(env: GatewayEn
     stream = await env.sdk().chat.completions.create(
         model="chat-drop",
         messages=MESSAGES,
-        stream=True,  # type: ignore[arg-type]
+        stream=True,
     )
     received: list[object] = []
 
@@ -256,7 +259,7 @@ async def test_a_hung_upstream_holds_only_its_own_requests(env: GatewayEnv) -> N
     await asyncio.sleep(0.1)
     replies = await asyncio.gather(
         *(
-            env.sdk().chat.completions.create(model="chat-fast", messages=MESSAGES)  # type: ignore[arg-type]
+            env.sdk().chat.completions.create(model="chat-fast", messages=MESSAGES)
             for _ in range(10)
         )
     )

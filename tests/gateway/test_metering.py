@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.gateway.conftest import GatewayEnv, unique
 
-MESSAGES = [{"role": "user", "content": "count me"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "count me"}]
 
 
 async def test_usage_rows_match_requests_exactly(env: GatewayEnv) -> None:
@@ -17,13 +18,13 @@ async def test_usage_rows_match_requests_exactly(env: GatewayEnv) -> None:
     sdk = env.sdk()
     expected_tokens = 0
     for _ in range(3):
-        reply = await sdk.chat.completions.create(model="meter-m", messages=MESSAGES)  # type: ignore[arg-type]
+        reply = await sdk.chat.completions.create(model="meter-m", messages=MESSAGES)
         assert reply.usage is not None
         expected_tokens += reply.usage.total_tokens
     for _ in range(2):
         stream = await sdk.chat.completions.create(
             model="meter-m",
-            messages=MESSAGES,  # type: ignore[arg-type]
+            messages=MESSAGES,
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -34,12 +35,12 @@ async def test_usage_rows_match_requests_exactly(env: GatewayEnv) -> None:
     stream = await sdk.chat.completions.create(
         model="meter-m",
         messages=MESSAGES,
-        stream=True,  # type: ignore[arg-type]
+        stream=True,
     )
     [c async for c in stream]
     embedded = await sdk.embeddings.create(model="meter-m", input=["a", "b"])
     with pytest.raises(openai.NotFoundError):
-        await sdk.chat.completions.create(model="nope", messages=MESSAGES)  # type: ignore[arg-type]
+        await sdk.chat.completions.create(model="nope", messages=MESSAGES)
 
     rows = await env.usage_rows()
     assert len(rows) == 8
@@ -72,11 +73,11 @@ async def test_usage_is_estimated_when_the_upstream_reports_none(env: GatewayEnv
     fake.control.report_usage = False
     await env.register(unique("ext"), url)
     sdk = env.sdk()
-    await sdk.chat.completions.create(model="meter-est", messages=MESSAGES)  # type: ignore[arg-type]
+    await sdk.chat.completions.create(model="meter-est", messages=MESSAGES)
     stream = await sdk.chat.completions.create(
         model="meter-est",
         messages=MESSAGES,
-        stream=True,  # type: ignore[arg-type]
+        stream=True,
     )
     [c async for c in stream]
     rows = [r for r in await env.usage_rows() if r.model_requested == "meter-est"]

@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from openai.types.chat import ChatCompletionMessageParam
+
 from tests.gateway.conftest import ADMIN, GatewayEnv, unique
 
-MESSAGES = [{"role": "user", "content": "hi"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 async def served_by(env: GatewayEnv, model: str, **extra: object) -> str:
     reply = await env.sdk().chat.completions.create(
         model=model,
-        messages=MESSAGES,  # type: ignore[arg-type]
+        messages=MESSAGES,
         extra_body=extra or None,
     )
     return reply.choices[0].message.content or ""
@@ -46,7 +48,7 @@ async def test_bare_name_matches_latest_and_explicit_tags_match_exactly(env: Gat
     assert embedded.data[0].embedding
     (recorded,) = fake.requests_for("/api/embed")
     assert recorded.body["model"] == "nomic-embed-text:latest"
-    reply = await sdk.chat.completions.create(model="qwen3:0.6b", messages=MESSAGES)  # type: ignore[arg-type]
+    reply = await sdk.chat.completions.create(model="qwen3:0.6b", messages=MESSAGES)
     assert reply.choices[0].message.content
     for missing in ("qwen3", "qwen3:1.7b", "nomic-embed-text:v2"):
         response = await env.http.post(
@@ -62,7 +64,7 @@ async def test_ollama_chat_streams_and_reports_usage(env: GatewayEnv) -> None:
     await env.register(unique("ollama"), url, type="ollama", api_key="ignored", models=["x"])
     stream = await env.sdk().chat.completions.create(
         model="llama3",
-        messages=MESSAGES,  # type: ignore[arg-type]
+        messages=MESSAGES,
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -102,7 +104,7 @@ async def test_least_loaded_spreads_evenly_across_equal_backends(env: GatewayEnv
 
     async def one() -> None:
         async with gate:
-            await sdk.chat.completions.create(model="spread", messages=MESSAGES)  # type: ignore[arg-type]
+            await sdk.chat.completions.create(model="spread", messages=MESSAGES)
 
     await asyncio.gather(*(one() for _ in range(200)))
     counts = (left.stats.chats, right.stats.chats)

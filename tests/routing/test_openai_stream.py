@@ -83,7 +83,7 @@ async def test_stream_count_text_can_be_switched_off(
 ) -> None:
     openai_upstream.fake.control.report_usage = False
     stream = await backend(openai_upstream.url, http).chat_stream(chat_call(stream=True))
-    stream.count_text = False  # type: ignore[attr-defined]
+    stream.count_text = False
     await collect(stream)
     assert stream.completion_text_chars == 0
 

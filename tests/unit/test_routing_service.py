@@ -8,8 +8,10 @@ import pytest
 from app.routing.breaker import BreakerState
 from app.routing.errors import NoHealthyBackendError, StreamInterruptedError, UpstreamError
 from app.routing.health import HEALTH_CHANNEL, HealthChecker
+from app.routing.service import RelayedStream
 from app.routing.types import HealthStatus, RawBody, RouteHints
 from tests.unit.routing_fakes import RoutingRig
+from tests.unit.test_breaker import state_of
 
 
 def body() -> RawBody:
@@ -23,13 +25,8 @@ def rig() -> RoutingRig:
     return RoutingRig()
 
 
-async def drain(rig: RoutingRig, **hints: object) -> tuple[list[bytes], object]:
-    relay = await rig.service.open_chat_stream(
-        "m",
-        body(),
-        RouteHints(**hints),
-        include_usage=False,  # type: ignore[arg-type]
-    )
+async def drain(rig: RoutingRig) -> tuple[list[bytes], RelayedStream]:
+    relay = await rig.service.open_chat_stream("m", body(), RouteHints(), include_usage=False)
     chunks: list[bytes] = []
     try:
         async for chunk in relay:
@@ -90,7 +87,7 @@ async def test_client_errors_are_not_retried_and_do_not_trip_the_breaker(rig: Ro
         with pytest.raises(UpstreamError) as info:
             await rig.service.chat("m", body(), RouteHints())
         assert info.value.upstream_status == 400
-    assert a.breaker.state is BreakerState.CLOSED
+    assert state_of(a.breaker) is BreakerState.CLOSED
     assert len(rig.backend("a").calls) + len(rig.backend("b").calls) == 5
 
 
@@ -100,23 +97,23 @@ async def test_failures_open_the_breaker_then_half_open_trial_closes_it(rig: Rou
     for _ in range(3):
         with pytest.raises(UpstreamError):
             await rig.service.chat("m", body(), RouteHints())
-    assert a.breaker.state is BreakerState.OPEN
+    assert state_of(a.breaker) is BreakerState.OPEN
     with pytest.raises(NoHealthyBackendError):
         await rig.service.chat("m", body(), RouteHints())
     assert len(rig.backend("a").calls) == 3  # the open breaker kept the call away
     rig.clock.advance(30)
     outcome = await rig.service.chat("m", body(), RouteHints())
     assert outcome.backend == "a"
-    assert a.breaker.state is BreakerState.CLOSED
+    assert state_of(a.breaker) is BreakerState.CLOSED
 
 
 async def test_stream_relays_and_settles(rig: RoutingRig) -> None:
     a = rig.add("a")
     chunks, relay = await drain(rig)
     assert chunks[-1] == b"data: [DONE]\n\n"
-    assert relay.backend == "a"  # type: ignore[attr-defined]
-    assert relay.usage.total_tokens == 8  # type: ignore[attr-defined]
-    assert relay.first_byte_at is not None  # type: ignore[attr-defined]
+    assert relay.backend == "a"
+    assert relay.usage.total_tokens == 8
+    assert relay.first_byte_at is not None
     assert a.in_flight == 0
     assert rig.backend("a").streams[0].closed
 
@@ -129,7 +126,7 @@ async def test_stream_failing_to_open_is_retried_elsewhere(rig: RoutingRig) -> N
     rig.script("b").outcomes.append("ok")
     rig.script("a").outcomes.append("fail500")
     chunks, relay = await drain(rig)
-    assert relay.backend == "b"  # type: ignore[attr-defined]
+    assert relay.backend == "b"
     assert b'"from":"b"' in chunks[0]
 
 
@@ -140,10 +137,10 @@ async def test_stream_dropping_before_first_byte_is_retried(rig: RoutingRig) -> 
     rig.script("a").outcomes.append("drop_before_first")
     chunks, relay = await drain(rig)
     assert chunks[-1] == b"data: [DONE]\n\n"
-    assert relay.attempts == 2  # type: ignore[attr-defined]
+    assert relay.attempts == 2
     assert a.in_flight == 0
     assert b.in_flight == 0
-    assert relay.backend == "b"  # type: ignore[attr-defined]
+    assert relay.backend == "b"
     assert a.breaker.consecutive_failures == 1
     assert b.breaker.consecutive_failures == 0
 
@@ -182,7 +179,7 @@ async def test_client_leaving_mid_stream_releases_everything(rig: RoutingRig) ->
     await relay.aclose()  # idempotent
     assert a.in_flight == 0
     assert rig.backend("a").streams[0].closed
-    assert a.breaker.state is BreakerState.CLOSED
+    assert state_of(a.breaker) is BreakerState.CLOSED
 
 
 async def test_usage_is_estimated_when_the_upstream_reports_none(rig: RoutingRig) -> None:
