@@ -15,13 +15,18 @@ from app.db.config import build_db_config
 from app.db.models import ApiKey, Project, User
 from app.domain.accounts.credential_services import ApiKeyService
 from app.domain.accounts.services import UserService, normalize_email
+from app.domain.backends.schemas import ValidRegistration
+from app.domain.backends.services import BackendConfigService
 from app.domain.projects.services import ProjectService
 from app.lib.hashing import sha256_hex
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
-from app.lib.vault import generate_key_spec
+from app.lib.vault import Vault, generate_key_spec
 
 DEMO_ADMIN_EMAIL = "admin@demo.arona.local"
+DEMO_BACKEND = "demo-upstream"
+DEMO_CHAT_MODEL = "demo-chat"
+DEMO_EMBEDDING_MODEL = "demo-embed"
 DEMO_PROJECT_SLUG = "demo"
 DEMO_FILE = "demo.json"
 
@@ -91,11 +96,30 @@ async def create_admin(
         return user, True
 
 
-async def ensure_demo(settings: Settings, hasher: PasswordHasher) -> DemoCredentials:
-    """Idempotently create the demo admin, project and API key."""
+async def register_demo_upstream(db_config: SQLAlchemyAsyncConfig, vault: Vault, url: str) -> None:
+    """Register the bundled fake upstream as an ``external`` backend, so chat works at once."""
+    async with BackendConfigService.new(config=db_config) as backends:
+        await backends.register(
+            ValidRegistration(
+                name=DEMO_BACKEND,
+                kind="external",
+                url=url,
+                api_key=None,
+                models=(DEMO_CHAT_MODEL, DEMO_EMBEDDING_MODEL),
+            ),
+            vault,
+        )
+
+
+async def ensure_demo(
+    settings: Settings, hasher: PasswordHasher, *, upstream_url: str | None = None
+) -> DemoCredentials:
+    """Idempotently create the demo admin, project, API key and demo upstream backend."""
     db_config = build_db_config(settings)
     stored = load_demo_secrets(settings.data_dir)
     try:
+        if upstream_url is not None:
+            await register_demo_upstream(db_config, Vault(settings.vault_keys), upstream_url)
         admin, _ = await create_admin(
             db_config,
             hasher,

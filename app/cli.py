@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 
 from app import __version__
 from app.lib.settings import Settings, SettingsError, load_settings
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from app.fakes.openai_upstream import FakeOpenAI
 
 
 def _settings(**overrides: object) -> Settings:
@@ -42,14 +48,12 @@ def _check_ready_to_serve(settings: Settings) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
-def _serve(settings: Settings) -> None:
-    _check_ready_to_serve(settings)
-
+def _uvicorn_config(settings: Settings) -> uvicorn.Config:
     import uvicorn
 
     from app.server.app import create_app
 
-    uvicorn.run(
+    return uvicorn.Config(
         create_app(settings),
         host=settings.host,
         port=settings.port,
@@ -58,6 +62,27 @@ def _serve(settings: Settings) -> None:
         server_header=False,
         proxy_headers=False,
     )
+
+
+def _serve(settings: Settings) -> None:
+    _check_ready_to_serve(settings)
+    import uvicorn
+
+    uvicorn.Server(_uvicorn_config(settings)).run()
+
+
+def _serve_with_demo_upstream(settings: Settings, upstream: FakeOpenAI, upstream_port: int) -> None:
+    """Serve Arona and the bundled fake upstream in one process and one event loop."""
+    _check_ready_to_serve(settings)
+    import uvicorn
+
+    from app.fakes.serve import serve_asgi
+
+    async def run() -> None:
+        async with serve_asgi(upstream, host=settings.host, port=upstream_port):
+            await uvicorn.Server(_uvicorn_config(settings)).serve()
+
+    asyncio.run(run())
 
 
 @click.group()
@@ -130,10 +155,24 @@ def create_admin_command(email: str, name: str, password_stdin: bool) -> None:
 
 @main.command()
 @click.option("--port", type=int, default=None, help="Port (default 8420).")
-def demo(port: int | None) -> None:
-    """First run: embedded SQLite + in-memory state, a demo admin, project and API key."""
-    from app.bootstrap import ensure_demo, load_demo_secrets
+@click.option(
+    "--upstream-port",
+    type=int,
+    default=None,
+    help="Port of the bundled fake upstream (default: the port after Arona's).",
+)
+def demo(port: int | None, upstream_port: int | None) -> None:
+    """First run: embedded SQLite + in-memory state, a demo admin, project and API key,
+    and a bundled fake OpenAI-compatible upstream registered as a backend."""
+    from app.bootstrap import (
+        DEMO_BACKEND,
+        DEMO_CHAT_MODEL,
+        DEMO_EMBEDDING_MODEL,
+        ensure_demo,
+        load_demo_secrets,
+    )
     from app.db.migrate import upgrade
+    from app.fakes.openai_upstream import FakeOpenAI
     from app.lib.passwords import PasswordHasher
     from app.lib.settings import parse_vault_keys
 
@@ -153,12 +192,15 @@ def demo(port: int | None) -> None:
         port=port if port is not None else base.port,
     )
     upgrade(settings)
+    upstream_port = upstream_port if upstream_port is not None else settings.port + 1
+    upstream_url = f"http://{settings.host}:{upstream_port}"
     hasher = PasswordHasher()
     try:
-        creds = asyncio.run(ensure_demo(settings, hasher))
+        creds = asyncio.run(ensure_demo(settings, hasher, upstream_url=upstream_url))
     finally:
         hasher.close()
     url = f"http://{settings.host}:{settings.port}"
+    auth = f"-H 'Authorization: Bearer {creds.api_key}'"
     click.echo(
         "\n".join(
             [
@@ -169,14 +211,20 @@ def demo(port: int | None) -> None:
                 f"  admin login    {creds.admin_email} / {creds.admin_password}",
                 f"  demo project   {creds.project_id}",
                 f"  demo API key   {creds.api_key}",
+                f"  demo upstream  {upstream_url}  (backend {DEMO_BACKEND}: "
+                f"models {DEMO_CHAT_MODEL}, {DEMO_EMBEDDING_MODEL})",
                 "",
-                f"  try: curl -H 'Authorization: Bearer {creds.api_key}' "
-                f"{url}/api/projects/{creds.project_id}",
+                f"  try: curl {auth} -H 'Content-Type: application/json' "
+                f"{url}/v1/chat/completions "
+                f'-d \'{{"model":"{DEMO_CHAT_MODEL}","messages":'
+                f'[{{"role":"user","content":"Hello"}}]}}\'',
+                f"       OPENAI_BASE_URL={url}/v1 OPENAI_API_KEY={creds.api_key} python ...",
                 "",
             ]
         )
     )
-    _serve(settings)
+    upstream = FakeOpenAI(DEMO_BACKEND, models=(DEMO_CHAT_MODEL, DEMO_EMBEDDING_MODEL), chunks=8)
+    _serve_with_demo_upstream(settings, upstream, upstream_port)
 
 
 @main.command()

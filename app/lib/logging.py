@@ -31,3 +31,7 @@ def configure_logging(settings: Settings) -> None:
     )
     # Route stdlib loggers (uvicorn, sqlalchemy, alembic) at the same level.
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    # httpx/httpcore log every upstream request at INFO: one line per relayed call
+    # (and per probe) is noise and costs CPU on the hot path. Failures are ours to log.
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(max(level, logging.WARNING))

@@ -73,9 +73,11 @@ class HealthChecker:
             await asyncio.gather(*(self.probe(state) for state in states))
 
     async def run(self) -> None:
+        """Probe every backend each interval; the first round comes one interval after
+        start, since ``watch`` already probes each backend as it is loaded."""
         while True:
-            await self.probe_all()
             await asyncio.sleep(self.interval)
+            await self.probe_all()
 
     async def close(self) -> None:
         for task in list(self._pending):

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from tests.conftest import JWT_SECRET
@@ -53,7 +54,7 @@ def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str, subprocess.Pope
     port = _free_port()
     env = _env(tmp_path, ARONA_PORT=str(port))
     process = subprocess.Popen(
-        [ARONA, "demo"],
+        [ARONA, "demo", "--upstream-port", str(_free_port())],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -108,6 +109,27 @@ def test_demo_serves_and_the_printed_key_reaches_an_authenticated_endpoint(demo_
     data = tmp_path / "data"
     assert (data / "arona.db").exists()
     assert oct((data / "demo.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_demo_chat_works_out_of_the_box_with_the_openai_sdk(demo_server):
+    base, key, _, _ = demo_server
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+    # The bundled upstream is registered fail-closed and probed at start-up.
+    deadline = time.monotonic() + 10
+    while not [m for m in client.models.list().data if m.id == "demo-chat"]:
+        assert time.monotonic() < deadline, "the demo upstream never turned healthy"
+        time.sleep(0.1)
+    reply = client.chat.completions.create(
+        model="demo-chat", messages=[{"role": "user", "content": "Hello"}]
+    )
+    assert "demo-upstream" in (reply.choices[0].message.content or "")
+    stream = client.chat.completions.create(
+        model="demo-chat", messages=[{"role": "user", "content": "Hello"}], stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert "demo-upstream" in text
+    embedded = client.embeddings.create(model="demo-embed", input="hello")
+    assert embedded.data[0].embedding
 
 
 def test_demo_admin_can_log_in(demo_server, tmp_path):
