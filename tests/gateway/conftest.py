@@ -48,6 +48,7 @@ class GatewayEnv:
     api_key: str
     project_id: str
     stack: contextlib.AsyncExitStack
+    user_headers: dict[str, str]
     registered: list[str] = field(default_factory=list)
 
     @property
@@ -155,6 +156,7 @@ async def env(gateway_settings: Settings, make_app: AppFactory) -> AsyncIterator
             api_key=key.json()["key"],
             project_id=project["id"],
             stack=stack,
+            user_headers=headers,
         )
         try:
             yield gateway

@@ -9,6 +9,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
+from app.fakes.openai_upstream import FakeOpenAI
+from app.fakes.serve import serve_asgi
 from tests.gateway.conftest import GatewayEnv, unique
 from tests.helpers import assert_error, bearer
 
@@ -308,3 +310,42 @@ async def test_credentials_are_required(env: GatewayEnv) -> None:
     assert_error(response, 401)
     with pytest.raises(openai.AuthenticationError):
         await env.sdk(api_key="ak_wrong").models.list()
+
+
+async def test_an_upstream_that_goes_away_turns_unhealthy_and_calls_get_500(
+    env: GatewayEnv,
+) -> None:
+    fake = FakeOpenAI(unique("gone"), models=["chat-vanish"])
+    name = unique("ext")
+    async with serve_asgi(fake) as url:
+        await env.register(name, url)
+        assert (await env.sdk().chat.completions.create(model="chat-vanish", messages=MESSAGES)).id
+    await env.probe_all()  # the server is closed now: connection refused
+    health = (await env.backend(name))["health"]
+    assert health["status"] == "unhealthy"
+    assert health["checked_at"] is not None
+    with pytest.raises(openai.InternalServerError) as info:
+        await env.sdk().chat.completions.create(model="chat-vanish", messages=MESSAGES)
+    assert info.value.status_code == 500
+    assert info.value.code == "backend_unavailable"
+
+
+async def test_a_user_access_token_works_and_runtime_tokens_are_refused(env: GatewayEnv) -> None:
+    _, url = await env.fake(models=["chat-user"])
+    await env.register(unique("ext"), url)
+    response = await env.http.post(
+        "/v1/chat/completions",
+        json={"model": "chat-user", "messages": MESSAGES},
+        headers=env.user_headers,
+    )
+    assert response.status_code == 200, response.text
+    token = await env.http.post(
+        f"/api/projects/{env.project_id}/runtime-tokens", json={}, headers=env.user_headers
+    )
+    assert token.status_code == 201, token.text
+    refused = await env.http.post(
+        "/v1/chat/completions",
+        json={"model": "chat-user", "messages": MESSAGES},
+        headers=bearer(token.json()["token"]),
+    )
+    assert_error(refused, 403, "principal_not_allowed")
