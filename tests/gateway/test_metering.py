@@ -6,6 +6,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from tests.api.support import eventually
 from tests.gateway.conftest import GatewayEnv, unique
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "count me"}]
@@ -105,3 +106,35 @@ async def test_a_stream_that_fails_before_producing_anything_is_recorded_with_ze
     assert rows[0].total_tokens == 0
     assert rows[0].status == 502
     assert rows[0].error_code == "bad_gateway"
+
+
+async def test_a_client_leaving_mid_stream_is_metered_and_frees_the_upstream(
+    env: GatewayEnv,
+) -> None:
+    fake, url = await env.fake(models=["meter-leave"], chunks=50)
+    fake.control.chunk_delay_seconds = 0.05
+    name = unique("ext")
+    await env.register(name, url)
+    async with env.http.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={"model": "meter-leave", "messages": MESSAGES, "stream": True},
+        headers={"Authorization": f"Bearer {env.api_key}"},
+    ) as response:
+        async for _ in response.aiter_bytes():
+            break  # the client goes away after the first bytes
+
+    async def settled() -> bool:
+        state = env.resources.backend_registry.get(name)
+        return state is not None and state.in_flight == 0 and fake.stats.in_flight == 0
+
+    await eventually(settled, within=5)
+    rows = [r for r in await env.usage_rows() if r.model_requested == "meter-leave"]
+    assert len(rows) == 1
+    assert rows[0].status == 499
+    assert rows[0].error_code == "client_closed"
+    assert rows[0].backend == name
+    assert fake.stats.completed_streams == 0
+    state = env.resources.backend_registry.get(name)
+    assert state is not None
+    assert state.breaker.consecutive_failures == 0
