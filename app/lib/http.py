@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import httpx
 
+from app.lib.aiohttp_transport import AiohttpTransport
+
 CONNECT_TIMEOUT_SECONDS = 10.0
 READ_TIMEOUT_SECONDS = 120.0
 WRITE_TIMEOUT_SECONDS = 60.0
@@ -38,12 +40,10 @@ DEFAULT_TIMEOUT = httpx.Timeout(
 def build_http_client(*, timeout: httpx.Timeout | None = None) -> httpx.AsyncClient:
     """The process-wide pool; ``timeout`` overrides the defaults (tests use short ones)."""
     return httpx.AsyncClient(
-        timeout=timeout or DEFAULT_TIMEOUT,
-        limits=httpx.Limits(
-            max_connections=MAX_CONNECTIONS,
-            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS,
+        transport=AiohttpTransport(
+            max_connections=MAX_CONNECTIONS, keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS
         ),
+        timeout=timeout or DEFAULT_TIMEOUT,
         # Upstream URLs are registered explicitly: a redirect or an ambient proxy
         # variable must not silently send prompts (and API keys) somewhere else.
         follow_redirects=False,

@@ -1,0 +1,86 @@
+"""What a system under test is to the load generators, and the fake upstream behind them."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.procs import LOAD_CPU, Child, Supervisor, free_port, wait_http
+
+CHAT_MODEL = "bench-chat"
+EMBED_MODEL = "bench-embed"
+STREAM_CHUNKS = 20
+FAKE_KEY = "sk-fake"
+"""The fake checks no key; LiteLLM insists on sending one."""
+
+SYSTEM_ORDER = ("direct", "arona", "litellm")
+LABELS = {"direct": "direct", "arona": "Arona", "litellm": "LiteLLM"}
+
+
+@dataclass(slots=True)
+class System:
+    """A running system under test: where to send load and which process to measure."""
+
+    key: str
+    base_url: str
+    """``http://127.0.0.1:PORT``; requests go to ``base_url + /v1/...``."""
+    api_key: str
+    pid: int
+    """Root of the process tree whose CPU and memory are measured."""
+    version: str
+    startup_seconds: float | None = None
+    """From spawning the server to its first healthy answer (None for the fake)."""
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.key]
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.base_url.removeprefix("http://").partition(":")
+        return host, int(port)
+
+
+@dataclass(slots=True)
+class FakeUpstream:
+    child: Child
+    url: str
+
+    def control(self, **switches: Any) -> None:
+        """Flip switches of the fake (``POST /__fake/control``)."""
+        with httpx.Client(timeout=5.0, trust_env=False) as client:
+            client.post(f"{self.url}/__fake/control", json=switches).raise_for_status()
+
+    def as_system(self) -> System:
+        # The floor: the same requests straight to the fake, no gateway in between.
+        from app import __version__
+
+        return System("direct", self.url, FAKE_KEY, self.child.pid, f"app.fakes {__version__}")
+
+
+def start_fake(supervisor: Supervisor, run_dir: Path) -> FakeUpstream:
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "app.fakes",
+        "--kind",
+        "openai",
+        "--port",
+        str(port),
+        "--models",
+        f"{CHAT_MODEL},{EMBED_MODEL}",
+        "--chunks",
+        str(STREAM_CHUNKS),
+    ]
+    child = supervisor.start("fake upstream", argv, cpu=LOAD_CPU, log=run_dir / "fake.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/__fake/stats", child, timeout=30)
+    fake = FakeUpstream(child, url)
+    # Recording keeps request bodies around; a benchmark wants none of that work.
+    fake.control(record_requests=False)
+    return fake
