@@ -14,6 +14,7 @@ from app.domain.accounts.deps import accounts_dependencies
 from app.domain.backends.controllers import AliasAdminController, BackendAdminController
 from app.domain.backends.deps import backends_dependencies
 from app.domain.gateway.controllers import GatewayController
+from app.domain.gateway.deps import gateway_dependencies
 from app.domain.projects.controllers import ProjectController
 from app.domain.projects.credential_controllers import ApiKeyController, RuntimeTokenController
 from app.domain.projects.deps import projects_dependencies
@@ -51,7 +52,6 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "health_checker": _constant(resources.health_checker),
         "routing_sync": _constant(resources.routing_sync),
         "usage_writer": _constant(resources.usage_writer),
-        "gateway": _constant(resources.gateway),
     }
 
 
@@ -79,6 +79,7 @@ def create_app(
             **accounts_dependencies(),
             **projects_dependencies(),
             **backends_dependencies(),
+            **gateway_dependencies(resources.authenticator, resources.gateway),
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],
         lifespan=[build_lifespan(resources)],

@@ -1,0 +1,202 @@
+"""The report: one Markdown table per figure set (terminal and file) and a JSON twin."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.results import MEMORY, Results, verdicts
+from bench.scenarios import SCENARIOS, Kind
+from bench.systems import LABELS, SYSTEM_ORDER
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+Row = tuple[str, str, str]
+"""metric key, label, format."""
+
+COMMON_TAIL: tuple[Row, ...] = (
+    ("sut_cpu_pct", "SUT CPU use (% of one core)", "{:.0f}"),
+    ("rss_mb", "SUT RSS after the run (MB)", "{:.0f}"),
+    ("load_core_busy_pct", "load core (CPU 1) busy %", "{:.0f}"),
+)
+ROWS: dict[Kind | str, tuple[Row, ...]] = {
+    "wrk": (
+        ("rps", "requests/s", "{:,.0f}"),
+        ("p50_ms", "p50 latency (ms)", "{:.2f}"),
+        ("p90_ms", "p90 latency (ms)", "{:.2f}"),
+        ("p99_ms", "p99 latency (ms)", "{:.2f}"),
+        ("added_p50_ms", "added p50 over direct (ms)", "{:.2f}"),
+        ("cpu_ms_per_req", "SUT CPU ms per request", "{:.3f}"),
+        *COMMON_TAIL,
+    ),
+    "stream": (
+        ("rps", "streams/s", "{:,.0f}"),
+        ("ttfb_p50_ms", "time to first byte p50 (ms)", "{:.2f}"),
+        ("ttfb_p99_ms", "time to first byte p99 (ms)", "{:.2f}"),
+        ("p50_ms", "whole stream p50 (ms)", "{:.2f}"),
+        ("p90_ms", "whole stream p90 (ms)", "{:.2f}"),
+        ("p99_ms", "whole stream p99 (ms)", "{:.2f}"),
+        ("added_p50_ms", "added p50 over direct (ms)", "{:.2f}"),
+        ("cpu_ms_per_req", "SUT CPU ms per stream", "{:.3f}"),
+        ("usage_pct", "streams with a usage chunk (%)", "{:.0f}"),
+        *COMMON_TAIL,
+    ),
+    "hold": (
+        ("opened", "streams open at once", "{:,.0f}"),
+        ("rss_before_mb", "SUT RSS before (MB)", "{:.1f}"),
+        ("rss_open_mb", "SUT RSS while open (MB, median)", "{:.1f}"),
+        ("kb_per_stream", "RSS per open stream (KB)", "{:.1f}"),
+        ("cpu_ms_per_req", "SUT CPU ms per stream (open, idle, close)", "{:.2f}"),
+        ("load_core_busy_pct", "load core (CPU 1) busy %", "{:.0f}"),
+    ),
+    MEMORY: (
+        ("rss_after_warmup_mb", "RSS after warm-up (MB)", "{:.1f}"),
+        ("rss_after_load_mb", "RSS after all scenarios (MB)", "{:.1f}"),
+        ("startup_s", "start-up to first healthy answer (s)", "{:.1f}"),
+    ),
+}
+
+
+@dataclass(slots=True)
+class ReportContext:
+    date: str
+    command: str
+    wall_seconds: float
+    runs: int
+    seconds: float
+    machine: dict[str, str]
+    litellm: dict[str, Any]
+    results: Results
+    notes: list[str]
+
+
+def _cell(values: Sequence[float], fmt: str) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return fmt.format(values[0])
+    middle = statistics.median(values)
+    return f"{fmt.format(middle)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def _ratio(arona: float | None, litellm: float | None) -> str:
+    if arona is None or litellm is None or litellm == 0:
+        return "—"
+    return f"{arona / litellm:.2f}×"
+
+
+def _table(results: Results, scenario: str, rows: tuple[Row, ...]) -> list[str]:
+    header = ["figure", *(LABELS[s] for s in SYSTEM_ORDER), "Arona/LiteLLM"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for metric, label, fmt in rows:
+        cells = [_cell(results.values(scenario, s, metric), fmt) for s in SYSTEM_ORDER]
+        if all(c == "—" for c in cells):
+            continue
+        ratio = _ratio(
+            results.median(scenario, "arona", metric), results.median(scenario, "litellm", metric)
+        )
+        lines.append("| " + " | ".join([label, *cells, ratio]) + " |")
+    errors = [
+        sum(s.errors for s in results.samples.get(scenario, {}).get(system, []))
+        for system in SYSTEM_ORDER
+    ]
+    if any(errors):
+        lines.append(
+            "| **errors (all runs)** | " + " | ".join(str(e) for e in errors) + " | — |"
+        )
+    return lines
+
+
+def _targets(results: Results) -> list[str]:
+    lines = [
+        "| target | limit | Arona | LiteLLM | Arona |",
+        "|---|---|---|---|---|",
+    ]
+    for verdict in verdicts(results):
+        spec = verdict.spec
+        sign = "≤" if spec.better == "lower" else "≥"
+        fmt = "{:,.0f}" if spec.unit == "/s" else "{:.2f}"
+
+        def show(value: float | None, fmt: str = fmt, unit: str = spec.unit) -> str:
+            return "—" if value is None else f"{fmt.format(value)} {unit}"
+
+        lines.append(
+            f"| {spec.label} ({spec.where}) | {sign} {fmt.format(spec.limit)} {spec.unit} | "
+            f"{show(verdict.arona)} | {show(verdict.litellm)} | {verdict.text} |"
+        )
+    return lines
+
+
+def render(context: ReportContext) -> str:
+    results = context.results
+    machine = context.machine
+    out = [
+        f"# Benchmark results, {context.date}",
+        "",
+        f"`{context.command}`: {context.runs} run(s) of {context.seconds:g} s per scenario "
+        f"and system, interleaved (direct, Arona, LiteLLM in turn); wall time "
+        f"{context.wall_seconds / 60:.1f} min. Cells: median (min–max over runs).",
+        "",
+        "## Machine",
+        "",
+        *(f"- {name}: {value}" for name, value in machine.items()),
+        f"- LiteLLM: {context.litellm.get('status', 'not run')}",
+        "",
+        "## Targets (Arona, same run as LiteLLM)",
+        "",
+        *_targets(results),
+    ]
+    for scenario in SCENARIOS:
+        if scenario.key not in results.samples:
+            continue
+        out += ["", f"## {scenario.title}", "", *_table(results, scenario.key, ROWS[scenario.kind])]
+    if MEMORY in results.samples:
+        out += ["", "## Memory and start-up", "", *_table(results, MEMORY, ROWS[MEMORY])]
+    flagged = results.flagged()
+    notes = [*context.notes, *(f"errors: {line}" for line in flagged)]
+    if notes:
+        out += ["", "## Notes and flagged runs", "", *(f"- {note}" for note in notes)]
+    return "\n".join(out) + "\n"
+
+
+def write(context: ReportContext, markdown: str) -> tuple[Path, Path]:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    md_path = RESULTS_DIR / f"{context.date}.md"
+    json_path = RESULTS_DIR / f"{context.date}.json"
+    md_path.write_text(markdown)
+    results = context.results
+    payload = {
+        "date": context.date,
+        "command": context.command,
+        "wall_seconds": round(context.wall_seconds, 1),
+        "runs": context.runs,
+        "seconds_per_run": context.seconds,
+        "machine": context.machine,
+        "litellm": context.litellm,
+        "notes": context.notes,
+        "flagged": results.flagged(),
+        "targets": [
+            {
+                **dataclasses.asdict(v.spec),
+                "arona": v.arona,
+                "litellm": v.litellm,
+                "result": v.text,
+            }
+            for v in verdicts(results)
+        ],
+        "summary": results.summary(),
+        "samples": {
+            scenario: {
+                system: [dataclasses.asdict(s) for s in samples]
+                for system, samples in by_system.items()
+            }
+            for scenario, by_system in results.samples.items()
+        },
+    }
+    json_path.write_text(json.dumps(payload, indent=2) + "\n")
+    return md_path, json_path
