@@ -1,47 +1,81 @@
-"""Benchmark entry point (``make bench``).
+"""``python -m bench``: Arona side by side with the direct upstream and the LiteLLM proxy.
 
-The side-by-side harness against LiteLLM arrives with the performance step. Until
-then this measures the one hot-path primitive that exists: resolving an API key
-from the in-process index (valid, and a flood of unknown keys), and prints figures.
+``make bench`` runs the full benchmark (3 runs of 5 s per scenario and system);
+``--quick`` is a smoke check (1 run of 2 s). See docs/performance.md.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-import uuid
+import argparse
+import shlex
+import sys
 
-from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex
-from app.lib.hashing import random_secret, sha256_hex
-
-
-async def _no_keys() -> list[tuple[str, ActiveApiKey]]:
-    return []
+from bench.runner import Options, run
+from bench.scenarios import SCENARIOS
+from bench.systems import SYSTEM_ORDER
 
 
-async def _never_found(_: str) -> ActiveApiKey | None:
-    return None
+def _names(raw: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {', '.join(unknown) or '(none given)'}; choose from "
+            + ", ".join(allowed)
+        )
+    return names
 
 
-async def main() -> None:
-    index = ApiKeyIndex(_no_keys, _never_found)
-    secrets = [random_secret("ak-") for _ in range(10_000)]
-    for secret in secrets:
-        index.add(sha256_hex(secret), ActiveApiKey(key_id=uuid.uuid4(), project_id=uuid.uuid4()))
-    rounds = 100_000
-    started = time.perf_counter()
-    for i in range(rounds):
-        await index.resolve(sha256_hex(secrets[i % len(secrets)]))
-    valid = (time.perf_counter() - started) / rounds
-    started = time.perf_counter()
-    for _ in range(rounds):
-        await index.resolve(sha256_hex(random_secret("ak-")))
-    flood = (time.perf_counter() - started) / rounds
-    print("api key resolution (10,000 active keys, in-process index)")
-    print(f"  valid key:    {valid * 1e6:8.2f} us/lookup")
-    print(f"  unknown key:  {flood * 1e6:8.2f} us/lookup")
-    print(f"  database lookups during {rounds:,} unknown keys: {index.database_lookups}")
+def parse_args(argv: list[str]) -> Options:
+    scenario_keys = tuple(s.key for s in SCENARIOS)
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--duration", type=float, default=None, help="seconds per measured run (default 5)"
+    )
+    parser.add_argument("--runs", type=int, default=None, help="repetitions (default 3)")
+    parser.add_argument("--quick", action="store_true", help="smoke check: 1 run of 2 s")
+    parser.add_argument("--skip-litellm", action="store_true", help="no LiteLLM peer")
+    parser.add_argument(
+        "--only",
+        type=lambda raw: _names(raw, SYSTEM_ORDER, "system"),
+        default=None,
+        help="comma-separated systems to run: " + ", ".join(SYSTEM_ORDER),
+    )
+    parser.add_argument(
+        "--scenarios",
+        type=lambda raw: _names(raw, scenario_keys, "scenario"),
+        default=scenario_keys,
+        help="comma-separated scenarios (default all): " + ", ".join(scenario_keys),
+    )
+    args = parser.parse_args(argv)
+    seconds = args.duration if args.duration is not None else (2.0 if args.quick else 5.0)
+    runs = args.runs if args.runs is not None else (1 if args.quick else 3)
+    if seconds < 1 or runs < 1:
+        parser.error("--duration must be at least 1 and --runs at least 1")
+    systems: tuple[str, ...] = args.only or SYSTEM_ORDER
+    if args.skip_litellm:
+        systems = tuple(s for s in systems if s != "litellm")
+    if not systems:
+        parser.error("no system left to run")
+    return Options(
+        seconds=seconds,
+        runs=runs,
+        warmup_seconds=1.0 if args.quick else 2.0,
+        hold_seconds=4.0 if args.quick else 10.0,
+        systems=systems,
+        scenarios=args.scenarios,
+        command=" ".join(["python -m bench", shlex.join(argv)]).strip(),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(options)
+    except KeyboardInterrupt:
+        print("interrupted: every process the benchmark started was stopped", flush=True)
+        return 130
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(main())

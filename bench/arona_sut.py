@@ -133,7 +133,7 @@ def start_arona(
         )
         _wait_healthy(client, admin)
         api_key = _create_api_key(client)
-    return System("arona", url, api_key, child.pid, f"arona {__version__}", startup)
+    return System("arona", url, api_key, child.pid, f"arona {__version__}", startup, child)
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:

@@ -153,7 +153,8 @@ def start_litellm(
     wait_http(f"{url}/health/liveliness", child, timeout=READY_TIMEOUT_SECONDS)
     startup = time.monotonic() - started
     _smoke(url, master_key)
-    return System("litellm", url, master_key, child.pid, f"litellm {install.version}", startup)
+    version = f"litellm {install.version}"
+    return System("litellm", url, master_key, child.pid, version, startup, child)
 
 
 def _smoke(url: str, key: str) -> None:

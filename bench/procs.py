@@ -76,10 +76,8 @@ class Child:
     def check_alive(self) -> None:
         code = self.process.poll()
         if code is not None:
-            raise BenchError(
-                f"{self.name} exited with status {code}; last log lines ({self.log}):\n"
-                f"{tail(self.log)}"
-            )
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            raise BenchError(f"{self.name} {how}; last log lines ({self.log}):\n{tail(self.log)}")
 
 
 @dataclass(slots=True)

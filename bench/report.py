@@ -81,13 +81,13 @@ def _cell(values: Sequence[float], fmt: str) -> str:
     if len(values) == 1:
         return fmt.format(values[0])
     middle = statistics.median(values)
-    return f"{fmt.format(middle)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+    return f"{fmt.format(middle)} ({fmt.format(min(values))}..{fmt.format(max(values))})"
 
 
 def _ratio(arona: float | None, litellm: float | None) -> str:
     if arona is None or litellm is None or litellm == 0:
         return "—"
-    return f"{arona / litellm:.2f}×"
+    return f"{arona / litellm:.2f}x"
 
 
 def _table(results: Results, scenario: str, rows: tuple[Row, ...]) -> list[str]:
@@ -106,9 +106,7 @@ def _table(results: Results, scenario: str, rows: tuple[Row, ...]) -> list[str]:
         for system in SYSTEM_ORDER
     ]
     if any(errors):
-        lines.append(
-            "| **errors (all runs)** | " + " | ".join(str(e) for e in errors) + " | — |"
-        )
+        lines.append("| **errors (all runs)** | " + " | ".join(str(e) for e in errors) + " | — |")
     return lines
 
 
@@ -140,7 +138,7 @@ def render(context: ReportContext) -> str:
         "",
         f"`{context.command}`: {context.runs} run(s) of {context.seconds:g} s per scenario "
         f"and system, interleaved (direct, Arona, LiteLLM in turn); wall time "
-        f"{context.wall_seconds / 60:.1f} min. Cells: median (min–max over runs).",
+        f"{context.wall_seconds / 60:.1f} min. Cells: median (min..max over runs).",
         "",
         "## Machine",
         "",

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from bench.procstat import CoreTimes, cpu_seconds, rss_mb, wait_quiet
 from bench.procs import LOAD_CPU, SUT_CPU
+from bench.procstat import CoreTimes, cpu_seconds, rss_mb, wait_quiet
 from bench.streamload import Target, hold_streams, percentile, run_streams
 from bench.systems import CHAT_MODEL, EMBED_MODEL, FakeUpstream, System
 from bench.wrkload import run_wrk, write_script
@@ -93,12 +93,16 @@ class Measurer:
     hold_seconds: float
 
     def run(self, scenario: Scenario, system: System, seconds: float) -> Sample:
+        system.check_alive()
         if scenario.kind == "wrk":
             sample = self._wrk(scenario, system, seconds)
         elif scenario.kind == "stream":
             sample = self._stream(scenario, system, seconds)
         else:
             sample = self._hold(scenario, system)
+        # A server that died mid-run leaves figures that mean nothing: stop here.
+        system.check_alive()
+        self.fake.child.check_alive()
         # Let a queue of abandoned requests drain before the next system is measured.
         wait_quiet(system.pid)
         return sample

@@ -83,7 +83,7 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]
 
 
 async def _read_chunked(
-    reader: asyncio.StreamReader, on_first: Callable[[], None] | None
+    reader: asyncio.StreamReader, on_first: Callable[[float], None] | None
 ) -> bytes:
     body = bytearray()
     while True:
@@ -96,7 +96,7 @@ async def _read_chunked(
             return bytes(body)
         chunk = await reader.readexactly(size + 2)
         if on_first is not None and not body:
-            on_first()
+            on_first(time.perf_counter())
         body += chunk[:-2]
 
 
@@ -104,9 +104,9 @@ async def exchange(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     request: bytes,
-    on_first: Callable[[], None] | None = None,
+    on_first: Callable[[float], None] | None = None,
 ) -> Response:
-    """One request on an open connection; ``on_first`` runs when body bytes arrive."""
+    """One request on an open connection; ``on_first`` gets the time body bytes arrived."""
     writer.write(request)
     status, headers = await _read_head(reader)
     keep_alive = headers.get("connection", "").lower() != "close"
@@ -137,9 +137,7 @@ async def _worker(target: Target, deadline: float, stats: StreamStats) -> None:
             first: list[float] = []
             try:
                 async with asyncio.timeout(STREAM_TIMEOUT_SECONDS):
-                    response = await exchange(
-                        reader, writer, request, lambda: first.append(time.perf_counter())
-                    )
+                    response = await exchange(reader, writer, request, first.append)
             except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
                 stats.error(f"{type(exc).__name__}: {exc}")
                 writer.close()
@@ -161,7 +159,9 @@ async def _worker(target: Target, deadline: float, stats: StreamStats) -> None:
             connection[1].close()
 
 
-async def run_streams(target: Target, concurrency: int, seconds: float) -> tuple[StreamStats, float]:
+async def run_streams(
+    target: Target, concurrency: int, seconds: float
+) -> tuple[StreamStats, float]:
     """Keep ``concurrency`` streams going for ``seconds``; the stats and the elapsed time."""
     stats = StreamStats()
     started = time.monotonic()
@@ -178,11 +178,15 @@ class HoldOutcome:
 
 
 async def _hold_one(
-    target: Target, outcome: HoldOutcome, opened: asyncio.Event, wanted: int, gate: asyncio.Semaphore
+    target: Target,
+    outcome: HoldOutcome,
+    opened: asyncio.Event,
+    wanted: int,
+    gate: asyncio.Semaphore,
 ) -> None:
     writer: asyncio.StreamWriter | None = None
 
-    def mark_open() -> None:
+    def mark_open(_: float) -> None:
         outcome.opened += 1
         if outcome.opened + outcome.failed >= wanted:
             opened.set()

@@ -34,6 +34,11 @@ class System:
     version: str
     startup_seconds: float | None = None
     """From spawning the server to its first healthy answer (None for the fake)."""
+    child: Child | None = None
+
+    def check_alive(self) -> None:
+        if self.child is not None:
+            self.child.check_alive()
 
     @property
     def label(self) -> str:
@@ -59,7 +64,8 @@ class FakeUpstream:
         # The floor: the same requests straight to the fake, no gateway in between.
         from app import __version__
 
-        return System("direct", self.url, FAKE_KEY, self.child.pid, f"app.fakes {__version__}")
+        version = f"app.fakes {__version__}"
+        return System("direct", self.url, FAKE_KEY, self.child.pid, version, child=self.child)
 
 
 def start_fake(supervisor: Supervisor, run_dir: Path) -> FakeUpstream:
