@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 
@@ -21,10 +23,21 @@ class HttpMetrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
+        # ``labels()`` validates and locks on every call; the label sets are few
+        # (route templates, not paths), so their children are looked up once.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        self._requests.labels(method, route, str(status)).inc()
-        self._latency.labels(method, route).observe(seconds)
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self._requests.labels(method, route, str(status)),
+                self._latency.labels(method, route),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
