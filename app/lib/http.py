@@ -1,24 +1,27 @@
-"""The one outbound HTTP client pool of a process.
+"""The one outbound HTTP client pool of a process, on ``aiohttp``.
 
-Upstream calls share a single ``httpx.AsyncClient`` so connections are pooled and
+Upstream calls share a single ``aiohttp.ClientSession`` so connections are pooled and
 reused across requests. The read timeout is per read (an idle stream is cut after
 ``READ_TIMEOUT_SECONDS`` of silence, a long but lively one is not); non-streaming
 calls additionally get an overall deadline the adapters enforce themselves.
+
+aiohttp is used directly, without an ``httpx`` layer on top: on the relay's hot path
+httpx's request/response machinery cost as much CPU as the engine underneath it.
 """
 
 from __future__ import annotations
 
-import httpx
+from collections.abc import Mapping
 
-from app.lib.aiohttp_transport import AiohttpTransport
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
 
 CONNECT_TIMEOUT_SECONDS = 10.0
+"""Getting a connection: a free pooled one, or a new one established."""
 READ_TIMEOUT_SECONDS = 120.0
-WRITE_TIMEOUT_SECONDS = 60.0
-POOL_TIMEOUT_SECONDS = 10.0
+"""Silence allowed between two reads of an answer."""
 
 MAX_CONNECTIONS = 1000
-MAX_KEEPALIVE_CONNECTIONS = 200
 KEEPALIVE_EXPIRY_SECONDS = 30.0
 
 NON_STREAM_DEADLINE_SECONDS = 600.0
@@ -29,24 +32,91 @@ PROBE_TIMEOUT_SECONDS = 2.0
 
 USER_AGENT = "arona"
 
-DEFAULT_TIMEOUT = httpx.Timeout(
-    connect=CONNECT_TIMEOUT_SECONDS,
-    read=READ_TIMEOUT_SECONDS,
-    write=WRITE_TIMEOUT_SECONDS,
-    pool=POOL_TIMEOUT_SECONDS,
-)
+Headers = CIMultiDictProxy[str]
+"""Request headers built once (per adapter), in the form aiohttp uses without copying."""
 
 
-def build_http_client(*, timeout: httpx.Timeout | None = None) -> httpx.AsyncClient:
-    """The process-wide pool; ``timeout`` overrides the defaults (tests use short ones)."""
-    return httpx.AsyncClient(
-        transport=AiohttpTransport(
-            max_connections=MAX_CONNECTIONS, keepalive_expiry=KEEPALIVE_EXPIRY_SECONDS
-        ),
-        timeout=timeout or DEFAULT_TIMEOUT,
-        # Upstream URLs are registered explicitly: a redirect or an ambient proxy
-        # variable must not silently send prompts (and API keys) somewhere else.
-        follow_redirects=False,
-        trust_env=False,
-        headers={"User-Agent": USER_AGENT},
-    )
+def frozen_headers(headers: Mapping[str, str]) -> Headers:
+    """``headers`` as a read-only case-insensitive multidict, to pass on every call."""
+    return CIMultiDictProxy(CIMultiDict(headers))
+
+
+class UpstreamHttp:
+    """The process-wide upstream client: settings now, an aiohttp session on first use.
+
+    Resources are built outside any event loop, and an aiohttp session belongs to the
+    loop it is created in, so the session is opened lazily by the first call (in the
+    app's loop) and closed by ``aclose()`` at shutdown. Calls go through ``session``
+    with ``allow_redirects=False``: upstream URLs are registered explicitly, and a
+    redirect must not silently send prompts (and API keys) somewhere else. Ambient
+    proxy variables and netrc are ignored for the same reason, and cookies are never
+    kept.
+    """
+
+    __slots__ = ("_closed", "_keepalive_timeout", "_max_connections", "_session", "timeout")
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
+        keepalive_timeout: float = KEEPALIVE_EXPIRY_SECONDS,
+    ) -> None:
+        self.timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=connect_timeout,
+            sock_connect=connect_timeout,
+            sock_read=read_timeout,
+        )
+        """The session's default timeouts (no overall one: streams may run for long)."""
+        self._max_connections = max_connections
+        self._keepalive_timeout = keepalive_timeout
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The pooled session, opened on first use; call it from the app's event loop."""
+        session = self._session
+        if session is None:
+            session = self._session = self._open()
+        return session
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("the upstream HTTP client is closed")
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections,
+            limit_per_host=0,
+            keepalive_timeout=self._keepalive_timeout,
+            ssl=True,  # default certificate verification
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=self.timeout,
+            headers={"User-Agent": USER_AGENT},
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            auto_decompress=True,  # answers are relayed decoded
+        )
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Close the pool and its connections; the client cannot be used afterwards."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
+def build_http_client(
+    *,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
+) -> UpstreamHttp:
+    """The process-wide pool; the timeouts override the defaults (tests use short ones)."""
+    return UpstreamHttp(connect_timeout=connect_timeout, read_timeout=read_timeout)

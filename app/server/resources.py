@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import httpx
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from redis.asyncio import Redis
 from sqlalchemy import select
@@ -27,7 +26,7 @@ from app.domain.quotas.usage import UsageWriter
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
-from app.lib.http import build_http_client
+from app.lib.http import UpstreamHttp, build_http_client
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
 from app.lib.state.base import StateStore
@@ -63,7 +62,7 @@ class Resources:
     api_key_sync: ApiKeySync
     last_used: LastUsedRecorder
     authenticator: Authenticator
-    http_client: httpx.AsyncClient
+    http_client: UpstreamHttp
     backend_registry: BackendRegistry
     alias_table: AliasTable
     health_checker: HealthChecker
@@ -99,7 +98,7 @@ def _key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup
     return load_all, lookup_one
 
 
-def _backend_factory(http_client: httpx.AsyncClient) -> Callable[[BackendSpec], Backend]:
+def _backend_factory(http_client: UpstreamHttp) -> Callable[[BackendSpec], Backend]:
     def build(spec: BackendSpec) -> Backend:
         return build_backend(spec, http_client)
 

@@ -16,7 +16,7 @@ import pytest
 
 from app.fakes import FakeOllama, FakeOpenAI, serve_asgi
 from app.fakes.common import FakeUpstream
-from app.lib.http import build_http_client
+from app.lib.http import UpstreamHttp, build_http_client
 
 F = TypeVar("F", bound=FakeUpstream)
 
@@ -31,18 +31,26 @@ class Served(Generic[F]):
 
 
 @pytest.fixture(scope="session")
-async def http() -> AsyncIterator[httpx.AsyncClient]:
+async def http() -> AsyncIterator[UpstreamHttp]:
+    """The adapters' upstream client, as the app builds it."""
     client = build_http_client()
     yield client
     await client.aclose()
 
 
 @pytest.fixture
-async def short_http() -> AsyncIterator[httpx.AsyncClient]:
-    """A client whose reads give up quickly, for upstreams that hang."""
-    client = build_http_client(timeout=httpx.Timeout(5.0, read=0.5))
+async def short_http() -> AsyncIterator[UpstreamHttp]:
+    """An upstream client whose reads give up quickly, for upstreams that hang."""
+    client = build_http_client(connect_timeout=5.0, read_timeout=0.5)
     yield client
     await client.aclose()
+
+
+@pytest.fixture(scope="session")
+async def web() -> AsyncIterator[httpx.AsyncClient]:
+    """A plain HTTP client, for talking to the fakes themselves."""
+    async with httpx.AsyncClient(trust_env=False) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

@@ -64,7 +64,9 @@ class ScriptedUpstream:
     """Answers every request with ``status`` and ``pieces`` sent one by one.
 
     A short pause between pieces makes each one a separate network read in practice,
-    which is how the tests split SSE lines across chunks.
+    which is how the tests split SSE lines across chunks. ``client_ports`` records the
+    client's port per request, which tells a pooled connection from a new one;
+    ``request_headers`` the headers received (lower-case names).
     """
 
     def __init__(
@@ -74,19 +76,25 @@ class ScriptedUpstream:
         status: int = 200,
         content_type: bytes = b"text/event-stream",
         pause: float = 0.05,
+        headers: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
         self.pieces = list(pieces)
         self.status = status
         self.content_type = content_type
         self.pause = pause
+        self.headers = list(headers)
         self.paths: list[str] = []
+        self.client_ports: list[int] = []
+        self.request_headers: list[dict[bytes, bytes]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         await read_body(receive)
         self.paths.append(scope["path"])
-        headers = [(b"content-type", self.content_type)]
+        self.client_ports.append(scope["client"][1])
+        self.request_headers.append(dict(scope["headers"]))
+        headers = [(b"content-type", self.content_type), *self.headers]
         await send({"type": "http.response.start", "status": self.status, "headers": headers})
         for piece in self.pieces:
             await send({"type": "http.response.body", "body": piece, "more_body": True})

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
+from app.lib.http import UpstreamHttp
 from app.routing.backends.factory import BACKEND_KINDS, build_backend, check_kind
 from app.routing.backends.ollama import OllamaBackend
 from app.routing.backends.openai import OpenAICompatibleBackend
@@ -39,7 +39,7 @@ def test_unknown_kind_is_refused(kind: str) -> None:
     assert caught.value.message == f"unknown backend type: {kind}"
 
 
-async def test_build_backend_by_kind(http: httpx.AsyncClient) -> None:
+async def test_build_backend_by_kind(http: UpstreamHttp) -> None:
     external = build_backend(BackendSpec("a", "External", "http://h:1", api_key="k"), http)
     assert isinstance(external, OpenAICompatibleBackend)
     assert (external.kind, external.name, external.spec.api_key) == ("external", "a", "k")

@@ -18,23 +18,23 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 async def test_control_endpoint_steers_the_openai_fake(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], web: httpx.AsyncClient
 ) -> None:
     url = openai_upstream.url
-    changed = await http.post(f"{url}/__fake/control", json={"fail_status": 503, "models": ["z"]})
+    changed = await web.post(f"{url}/__fake/control", json={"fail_status": 503, "models": ["z"]})
     assert changed.status_code == 200
     assert changed.json()["control"]["fail_status"] == 503
-    failed = await http.get(f"{url}/v1/models")
+    failed = await web.get(f"{url}/v1/models")
     assert failed.status_code == 503
     assert failed.json()["error"]["type"] == "server_error"
-    stats = (await http.get(f"{url}/__fake/stats")).json()
+    stats = (await web.get(f"{url}/__fake/stats")).json()
     assert stats["name"] == "alpha"
     assert stats["stats"]["failures"] == 1
     assert stats["stats"]["requests"] == 1  # control calls are not counted
-    await http.post(f"{url}/__fake/control", json={"fail_status": None})
-    listing = await http.get(f"{url}/v1/models")
+    await web.post(f"{url}/__fake/control", json={"fail_status": None})
+    listing = await web.get(f"{url}/v1/models")
     assert [m["id"] for m in listing.json()["data"]] == ["z"]
-    reset = await http.post(f"{url}/__fake/control", json={"reset": True, "chunks": 2})
+    reset = await web.post(f"{url}/__fake/control", json={"reset": True, "chunks": 2})
     assert reset.json()["control"]["models"] == ["gpt-4o-mini", "text-embedding-3-small"]
     assert reset.json()["stats"]["requests"] == 0
     assert openai_upstream.fake.control.chunks == 2
@@ -42,36 +42,36 @@ async def test_control_endpoint_steers_the_openai_fake(
 
 @pytest.mark.parametrize("patch", [{"bogus": 1}, {"hang": "yes"}, {"fail_status": "500"}])
 async def test_control_endpoint_rejects_bad_switches(
-    patch: dict[str, object], openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    patch: dict[str, object], openai_upstream: Served[FakeOpenAI], web: httpx.AsyncClient
 ) -> None:
-    response = await http.post(f"{openai_upstream.url}/__fake/control", json=patch)
+    response = await web.post(f"{openai_upstream.url}/__fake/control", json=patch)
     assert response.status_code == 400
     assert openai_upstream.fake.control.fail_status is None
     assert openai_upstream.fake.control.hang is False
 
 
 async def test_control_endpoint_steers_the_ollama_fake(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], web: httpx.AsyncClient
 ) -> None:
     url = ollama_upstream.url
-    await http.post(f"{url}/__fake/control", json={"models": ["qwen:7b"], "content": "yo there"})
-    tags = (await http.get(f"{url}/api/tags")).json()
+    await web.post(f"{url}/__fake/control", json={"models": ["qwen:7b"], "content": "yo there"})
+    tags = (await web.get(f"{url}/api/tags")).json()
     assert [m["name"] for m in tags["models"]] == ["qwen:7b"]
-    chat = await http.post(f"{url}/api/chat", json={**CHAT, "model": "qwen:7b", "stream": False})
+    chat = await web.post(f"{url}/api/chat", json={**CHAT, "model": "qwen:7b", "stream": False})
     assert chat.json()["message"]["content"] == "yo there"
-    assert (await http.post(f"{url}/api/chat", json={**CHAT, "stream": False})).status_code == 404
-    await http.post(f"{url}/__fake/control", json={"listing_404": True})
-    assert (await http.get(f"{url}/api/tags")).status_code == 404
-    stats = (await http.get(f"{url}/__fake/stats")).json()["stats"]
+    assert (await web.post(f"{url}/api/chat", json={**CHAT, "stream": False})).status_code == 404
+    await web.post(f"{url}/__fake/control", json={"listing_404": True})
+    assert (await web.get(f"{url}/api/tags")).status_code == 404
+    stats = (await web.get(f"{url}/__fake/stats")).json()["stats"]
     assert (stats["listings"], stats["chats"]) == (1, 1)
 
 
 async def test_recording_and_auth(
-    keyed_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    keyed_upstream: Served[FakeOpenAI], web: httpx.AsyncClient
 ) -> None:
     fake, url = keyed_upstream.fake, keyed_upstream.url
-    assert (await http.post(f"{url}/v1/chat/completions", json=CHAT)).status_code == 401
-    ok = await http.post(
+    assert (await web.post(f"{url}/v1/chat/completions", json=CHAT)).status_code == 401
+    ok = await web.post(
         f"{url}/v1/chat/completions",
         json=CHAT,
         headers={"Authorization": f"Bearer {UPSTREAM_KEY}", "X-Trace": "t1"},
@@ -81,25 +81,25 @@ async def test_recording_and_auth(
     [first, second] = fake.requests_for("/chat/completions")
     assert first.body == CHAT
     assert second.headers["x-trace"] == "t1"
-    assert (await http.get(f"{url}/__fake/stats")).status_code == 200  # control: no key
+    assert (await web.get(f"{url}/__fake/stats")).status_code == 200  # control: no key
     fake.control.record_requests = False
-    await http.get(f"{url}/v1/models")
+    await web.get(f"{url}/v1/models")
     assert len(fake.requests) == 2
 
 
 async def test_unknown_route_is_404(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], web: httpx.AsyncClient
 ) -> None:
-    response = await http.post(f"{openai_upstream.url}/v2/whatever", json={})
+    response = await web.post(f"{openai_upstream.url}/v2/whatever", json={})
     assert response.status_code == 404
     assert "error" in response.json()
 
 
-async def test_shutdown_releases_hung_requests(http: httpx.AsyncClient) -> None:
+async def test_shutdown_releases_hung_requests(web: httpx.AsyncClient) -> None:
     fake = FakeOpenAI("hanger")
     fake.control.hang = True
     async with serve_asgi(fake) as url:
-        pending = asyncio.create_task(http.get(f"{url}/v1/models"))
+        pending = asyncio.create_task(web.get(f"{url}/v1/models"))
         await eventually(lambda: fake.stats.in_flight == 1)
         assert not pending.done()
     async with asyncio.timeout(10):
@@ -108,35 +108,35 @@ async def test_shutdown_releases_hung_requests(http: httpx.AsyncClient) -> None:
 
 
 async def test_reset_releases_hung_requests(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], web: httpx.AsyncClient
 ) -> None:
     openai_upstream.fake.control.hang = True
-    pending = asyncio.create_task(http.get(f"{openai_upstream.url}/v1/models"))
+    pending = asyncio.create_task(web.get(f"{openai_upstream.url}/v1/models"))
     await eventually(lambda: openai_upstream.fake.stats.in_flight == 1)
     openai_upstream.fake.reset()
     async with asyncio.timeout(5):
         assert (await pending).status_code == 503
-    assert (await http.get(f"{openai_upstream.url}/v1/models")).status_code == 200
+    assert (await web.get(f"{openai_upstream.url}/v1/models")).status_code == 200
     assert openai_upstream.fake.stats.in_flight == 0
 
 
 async def test_delay_holds_the_answer(
-    openai_upstream: Served[FakeOpenAI], short_http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], web: httpx.AsyncClient
 ) -> None:
     openai_upstream.fake.control.delay_seconds = 0.2
     started = time.monotonic()
-    response = await short_http.get(f"{openai_upstream.url}/v1/models")
+    response = await web.get(f"{openai_upstream.url}/v1/models")
     assert response.status_code == 200
     assert time.monotonic() - started >= 0.2
     openai_upstream.fake.control.delay_seconds = 2.0  # longer than the client waits
     with pytest.raises(httpx.ReadTimeout):
-        await short_http.get(f"{openai_upstream.url}/v1/models")
+        await web.get(f"{openai_upstream.url}/v1/models", timeout=httpx.Timeout(5.0, read=0.5))
     # The client gave up, so the fake stops waiting too.
     await eventually(lambda: openai_upstream.fake.stats.in_flight == 0)
     assert openai_upstream.fake.stats.disconnects == 1
 
 
-async def test_module_runs_a_fake_in_another_process(http: httpx.AsyncClient) -> None:
+async def test_module_runs_a_fake_in_another_process(web: httpx.AsyncClient) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -157,10 +157,10 @@ async def test_module_runs_a_fake_in_another_process(http: httpx.AsyncClient) ->
             line = (await process.stdout.readline()).decode()
         url = line.strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:")
-        tags = (await http.get(f"{url}/api/tags")).json()
+        tags = (await web.get(f"{url}/api/tags")).json()
         assert [m["name"] for m in tags["models"]] == ["x:latest", "y:latest"]
-        await http.post(f"{url}/__fake/control", json={"fail_status": 500})
-        assert (await http.post(f"{url}/api/chat", json=CHAT)).status_code == 500
+        await web.post(f"{url}/__fake/control", json={"fail_status": 500})
+        assert (await web.post(f"{url}/api/chat", json=CHAT)).status_code == 500
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import base64
 import struct
 
-import httpx
 import msgspec
 import pytest
 
 from app.fakes import FakeOllama
 from app.fakes.content import fake_vector
-from app.lib.http import PROBE_TIMEOUT_SECONDS
+from app.lib.http import PROBE_TIMEOUT_SECONDS, UpstreamHttp
 from app.routing.backends.ollama import OllamaBackend
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import BackendSpec, UpstreamCall, Usage
@@ -36,7 +35,7 @@ WEATHER_TOOL = {
 }
 
 
-def backend(url: str, http: httpx.AsyncClient) -> OllamaBackend:
+def backend(url: str, http: UpstreamHttp) -> OllamaBackend:
     spec = BackendSpec("ol", "ollama", url, api_key="ignored", models=("static-model",))
     return OllamaBackend(spec, http)
 
@@ -48,7 +47,7 @@ def last_chat(fake: FakeOllama) -> dict[str, object]:
 
 
 async def test_probe_lists_tags_and_ignores_static_models(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     adapter = backend(ollama_upstream.url, http)
     result = await adapter.probe()
@@ -72,7 +71,7 @@ async def test_probe_failures(
     value: object,
     reason: str,
     ollama_upstream: Served[FakeOllama],
-    http: httpx.AsyncClient,
+    http: UpstreamHttp,
 ) -> None:
     setattr(ollama_upstream.fake.control, switch, value)
     result = await backend(ollama_upstream.url, http).probe()
@@ -81,7 +80,7 @@ async def test_probe_failures(
 
 
 async def test_chat_translates_answer_and_usage(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     result = await backend(ollama_upstream.url, http).chat(chat_call(MODEL))
     answer = msgspec.json.decode(result.content)
@@ -101,7 +100,7 @@ async def test_chat_translates_answer_and_usage(
 
 
 async def test_chat_maps_sampling_options_and_json_mode(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     call = chat_call(
         MODEL,
@@ -128,7 +127,7 @@ async def test_chat_maps_sampling_options_and_json_mode(
 
 
 async def test_chat_json_schema_becomes_format(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     schema = {"type": "object", "properties": {"text": {"type": "string"}}}
     call = chat_call(
@@ -145,7 +144,7 @@ async def test_chat_json_schema_becomes_format(
 
 
 async def test_chat_translates_messages(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     image = "data:image/png;base64," + base64.b64encode(b"png-bytes").decode()
     messages = [
@@ -191,7 +190,7 @@ async def test_chat_translates_messages(
 
 
 async def test_chat_tool_call_becomes_openai_tool_call(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     call = UpstreamCall(
         MODEL,
@@ -216,7 +215,7 @@ async def test_chat_tool_call_becomes_openai_tool_call(
 
 
 async def test_chat_without_counts_has_no_usage(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     ollama_upstream.fake.control.report_usage = False
     result = await backend(ollama_upstream.url, http).chat(chat_call(MODEL))
@@ -227,7 +226,7 @@ async def test_chat_without_counts_has_no_usage(
 
 @pytest.mark.parametrize("include_usage", [True, False])
 async def test_stream_translates_ndjson_to_sse(
-    include_usage: bool, ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    include_usage: bool, ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     call = chat_call(MODEL, stream=True, include_usage=include_usage)
     stream = await backend(ollama_upstream.url, http).chat_stream(call)
@@ -261,9 +260,7 @@ async def test_stream_translates_ndjson_to_sse(
     assert stream.completion_text_chars == len("Hello from llama-box")
 
 
-async def test_stream_tool_call(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
-) -> None:
+async def test_stream_tool_call(ollama_upstream: Served[FakeOllama], http: UpstreamHttp) -> None:
     body = raw_body(
         {
             "model": MODEL,
@@ -286,7 +283,7 @@ async def test_stream_tool_call(
 
 
 async def test_stream_drop_raises_stream_interrupted(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     ollama_upstream.fake.control.drop_stream_after = 2
     stream = await backend(ollama_upstream.url, http).chat_stream(chat_call(MODEL, stream=True))
@@ -300,7 +297,7 @@ async def test_stream_drop_raises_stream_interrupted(
 
 
 async def test_stream_unknown_model_fails_before_streaming(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     with pytest.raises(UpstreamError) as caught:
         await backend(ollama_upstream.url, http).chat_stream(chat_call("missing", stream=True))
@@ -310,7 +307,7 @@ async def test_stream_unknown_model_fails_before_streaming(
 
 
 async def test_chat_failure_and_hang(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient, short_http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp, short_http: UpstreamHttp
 ) -> None:
     ollama_upstream.fake.control.fail_status = 500
     ollama_upstream.fake.control.fail_message = "out of memory"
@@ -333,7 +330,7 @@ def embed_call(value: object, **fields: object) -> UpstreamCall:
 
 
 async def test_embeddings_string_and_list(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     adapter = backend(ollama_upstream.url, http)
     single = await adapter.embed(embed_call("hello world!"))
@@ -352,7 +349,7 @@ async def test_embeddings_string_and_list(
 
 
 async def test_embeddings_base64_encoding(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
+    ollama_upstream: Served[FakeOllama], http: UpstreamHttp
 ) -> None:
     result = await backend(ollama_upstream.url, http).embed(
         embed_call("xyz", encoding_format="base64")
@@ -363,9 +360,7 @@ async def test_embeddings_base64_encoding(
     assert values == pytest.approx(fake_vector("xyz"), abs=1e-6)
 
 
-async def test_embeddings_failure(
-    ollama_upstream: Served[FakeOllama], http: httpx.AsyncClient
-) -> None:
+async def test_embeddings_failure(ollama_upstream: Served[FakeOllama], http: UpstreamHttp) -> None:
     with pytest.raises(UpstreamError) as caught:
         await backend(ollama_upstream.url, http).embed(
             UpstreamCall("nope", raw_body({"input": "x"}))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import httpx
 import msgspec
 import pytest
 
 from app.fakes import FakeOpenAI, serve_asgi
+from app.lib.http import UpstreamHttp
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, UpstreamError
 from app.routing.types import BackendSpec, UpstreamCall, Usage
@@ -14,14 +14,12 @@ from tests.routing.conftest import PATH_PREFIX, UPSTREAM_KEY, Served
 from tests.routing.support import ScriptedUpstream, chat_call, raw_body
 
 
-def backend(
-    url: str, http: httpx.AsyncClient, api_key: str | None = None
-) -> OpenAICompatibleBackend:
+def backend(url: str, http: UpstreamHttp, api_key: str | None = None) -> OpenAICompatibleBackend:
     return OpenAICompatibleBackend(BackendSpec("b1", "external", url, api_key=api_key), http)
 
 
 async def test_chat_relays_the_answer_and_parses_usage(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     result = await backend(openai_upstream.url, http).chat(chat_call("gpt-4o-mini"))
     answer = msgspec.json.decode(result.content)
@@ -34,7 +32,7 @@ async def test_chat_relays_the_answer_and_parses_usage(
     assert sent["messages"] == [{"role": "user", "content": "Say hello"}]
 
 
-async def test_chat_relays_upstream_bytes_unchanged(http: httpx.AsyncClient) -> None:
+async def test_chat_relays_upstream_bytes_unchanged(http: UpstreamHttp) -> None:
     body = (
         b'{ "id": "x",  "object": "chat.completion", "choices": [{"index": 0, '
         b'"message": {"role": "assistant", "content": "caf\\u00e9"}}],'
@@ -49,7 +47,7 @@ async def test_chat_relays_upstream_bytes_unchanged(http: httpx.AsyncClient) -> 
 
 
 async def test_chat_relays_unknown_fields_and_values_untouched(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     call = chat_call(temperature=0.25, vendor_param={"deep": [1, "two"]}, stream_options={"x": 1})
     await backend(openai_upstream.url, http).chat(call)
@@ -60,7 +58,7 @@ async def test_chat_relays_unknown_fields_and_values_untouched(
 
 
 async def test_chat_without_usage_counts_completion_text(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.report_usage = False
     openai_upstream.fake.control.content = "twelve chars"
@@ -70,7 +68,7 @@ async def test_chat_without_usage_counts_completion_text(
 
 
 async def test_chat_path_style_base(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     result = await backend(openai_upstream.url + PATH_PREFIX, http).chat(chat_call())
     assert b"Hello from alpha" in result.content
@@ -78,7 +76,7 @@ async def test_chat_path_style_base(
 
 
 async def test_chat_sends_only_the_backend_key(
-    keyed_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    keyed_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     await backend(keyed_upstream.url, http, api_key=UPSTREAM_KEY).chat(chat_call())
     headers = keyed_upstream.fake.requests[0].headers
@@ -87,14 +85,14 @@ async def test_chat_sends_only_the_backend_key(
 
 
 async def test_chat_without_a_backend_key_sends_no_authorization(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     await backend(openai_upstream.url, http).chat(chat_call())
     assert "authorization" not in openai_upstream.fake.requests[0].headers
 
 
 async def test_chat_wrong_key_is_a_non_retryable_401(
-    keyed_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    keyed_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     with pytest.raises(UpstreamError) as caught:
         await backend(keyed_upstream.url, http, api_key="sk-wrong").chat(chat_call())
@@ -107,7 +105,7 @@ async def test_chat_wrong_key_is_a_non_retryable_401(
     ("status", "retryable"), [(500, True), (503, True), (429, True), (400, False)]
 )
 async def test_chat_error_status(
-    status: int, retryable: bool, openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    status: int, retryable: bool, openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.fail_status = status
     openai_upstream.fake.control.fail_message = "upstream is sad"
@@ -119,7 +117,7 @@ async def test_chat_error_status(
 
 
 async def test_chat_error_detail_is_bounded_to_4kb(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.fail_status = 502
     openai_upstream.fake.control.fail_message = "E" * 50_000
@@ -135,7 +133,7 @@ async def test_chat_error_detail_is_bounded_to_4kb(
 
 
 async def test_chat_connection_refused_is_a_retryable_transport_error(
-    refused_url: str, http: httpx.AsyncClient
+    refused_url: str, http: UpstreamHttp
 ) -> None:
     with pytest.raises(UpstreamError) as caught:
         await backend(refused_url, http).chat(chat_call())
@@ -145,7 +143,7 @@ async def test_chat_connection_refused_is_a_retryable_transport_error(
 
 
 async def test_chat_hang_times_out_as_transport_error(
-    openai_upstream: Served[FakeOpenAI], short_http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], short_http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.hang = True
     with pytest.raises(UpstreamError) as caught:
@@ -154,7 +152,7 @@ async def test_chat_hang_times_out_as_transport_error(
     assert "read timeout" in caught.value.message
 
 
-async def test_chat_non_json_success_is_an_upstream_error(http: httpx.AsyncClient) -> None:
+async def test_chat_non_json_success_is_an_upstream_error(http: UpstreamHttp) -> None:
     upstream = ScriptedUpstream([b"<html>oops</html>"], content_type=b"text/html", pause=0)
     async with serve_asgi(upstream) as url:
         with pytest.raises(UpstreamError) as caught:
@@ -169,7 +167,7 @@ def embed_call(value: object, **fields: object) -> UpstreamCall:
 
 
 async def test_embeddings_string_input(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     result = await backend(openai_upstream.url, http).embed(embed_call("hello world!"))
     answer = msgspec.json.decode(result.content)
@@ -181,7 +179,7 @@ async def test_embeddings_string_input(
 
 
 async def test_embeddings_list_input_is_deterministic(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     adapter = backend(openai_upstream.url + PATH_PREFIX, http)
     first = msgspec.json.decode((await adapter.embed(embed_call(["a", "b"]))).content)
@@ -192,7 +190,7 @@ async def test_embeddings_list_input_is_deterministic(
 
 
 async def test_embeddings_error_and_missing_usage(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.report_usage = False
     result = await backend(openai_upstream.url, http).embed(embed_call("x"))

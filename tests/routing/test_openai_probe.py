@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import msgspec
 import pytest
 
 from app.fakes import FakeOpenAI, serve_asgi
-from app.lib.http import PROBE_TIMEOUT_SECONDS
+from app.lib.http import PROBE_TIMEOUT_SECONDS, UpstreamHttp
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.types import BackendSpec
 from tests.routing.conftest import PATH_PREFIX, UPSTREAM_KEY, Served
 from tests.routing.support import ScriptedUpstream
 
 
-def backend(
-    url: str, http: httpx.AsyncClient, api_key: str | None = None
-) -> OpenAICompatibleBackend:
+def backend(url: str, http: UpstreamHttp, api_key: str | None = None) -> OpenAICompatibleBackend:
     return OpenAICompatibleBackend(BackendSpec("b1", "external", url, api_key=api_key), http)
 
 
 async def test_probe_discovers_models_root_style(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.models = ["m-one", "m-two"]
     result = await backend(openai_upstream.url, http).probe()
@@ -33,7 +30,7 @@ async def test_probe_discovers_models_root_style(
 
 
 async def test_probe_path_style_uses_the_prefix(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     result = await backend(openai_upstream.url + PATH_PREFIX + "/", http).probe()
     assert result.healthy
@@ -58,7 +55,7 @@ async def test_probe_path_style_uses_the_prefix(
     ],
 )
 async def test_probe_discovery_shapes(
-    listing: object, expected: tuple[str, ...], http: httpx.AsyncClient
+    listing: object, expected: tuple[str, ...], http: UpstreamHttp
 ) -> None:
     upstream = ScriptedUpstream([msgspec.json.encode(listing)], content_type=b"application/json")
     async with serve_asgi(upstream) as url:
@@ -67,7 +64,7 @@ async def test_probe_discovery_shapes(
     assert result.models == expected
 
 
-async def test_probe_non_json_listing_is_healthy_without_models(http: httpx.AsyncClient) -> None:
+async def test_probe_non_json_listing_is_healthy_without_models(http: UpstreamHttp) -> None:
     upstream = ScriptedUpstream([b"<html>hi</html>"], content_type=b"text/html")
     async with serve_asgi(upstream) as url:
         result = await backend(url, http).probe()
@@ -76,7 +73,7 @@ async def test_probe_non_json_listing_is_healthy_without_models(http: httpx.Asyn
 
 
 async def test_probe_listing_404_is_healthy_static_only(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.listing_404 = True
     result = await backend(openai_upstream.url, http).probe()
@@ -88,7 +85,7 @@ async def test_probe_listing_404_is_healthy_static_only(
 
 @pytest.mark.parametrize("status", [500, 503, 401])
 async def test_probe_error_status_is_unhealthy(
-    status: int, openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    status: int, openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.fail_status = status
     result = await backend(openai_upstream.url, http).probe()
@@ -98,7 +95,7 @@ async def test_probe_error_status_is_unhealthy(
 
 
 async def test_probe_hang_is_unhealthy_by_timeout(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.hang = True
     started = time.monotonic()
@@ -110,22 +107,20 @@ async def test_probe_hang_is_unhealthy_by_timeout(
     assert elapsed < PROBE_TIMEOUT_SECONDS * 5  # ...and not for the default read timeout
 
 
-async def test_probe_connection_refused_is_unhealthy(
-    refused_url: str, http: httpx.AsyncClient
-) -> None:
+async def test_probe_connection_refused_is_unhealthy(refused_url: str, http: UpstreamHttp) -> None:
     result = await backend(refused_url, http).probe()
     assert not result.healthy
     assert result.reason == "connection refused"
 
 
-async def test_probe_bad_url_is_unhealthy_and_does_not_raise(http: httpx.AsyncClient) -> None:
+async def test_probe_bad_url_is_unhealthy_and_does_not_raise(http: UpstreamHttp) -> None:
     result = await backend("ftp://example.invalid", http).probe()
     assert not result.healthy
     assert result.reason
 
 
 async def test_probe_sends_the_backend_key(
-    keyed_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    keyed_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     assert (await backend(keyed_upstream.url, http, api_key=UPSTREAM_KEY).probe()).healthy
     unauthorized = await backend(keyed_upstream.url, http, api_key="wrong").probe()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import httpx
 import msgspec
 import pytest
 
 from app.fakes import FakeOpenAI, serve_asgi
+from app.lib.http import UpstreamHttp
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import BackendSpec, Usage
@@ -22,12 +22,12 @@ from tests.routing.support import (
 )
 
 
-def backend(url: str, http: httpx.AsyncClient) -> OpenAICompatibleBackend:
+def backend(url: str, http: UpstreamHttp) -> OpenAICompatibleBackend:
     return OpenAICompatibleBackend(BackendSpec("b1", "external", url), http)
 
 
 async def test_stream_relays_chunks_and_keeps_requested_usage(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     stream = await backend(openai_upstream.url, http).chat_stream(
         chat_call(stream=True, include_usage=True)
@@ -47,7 +47,7 @@ async def test_stream_relays_chunks_and_keeps_requested_usage(
 
 
 async def test_stream_drops_unrequested_usage_chunk_but_captures_usage(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     call = chat_call(stream=True, stream_options={"include_obfuscation": False})
     stream = await backend(openai_upstream.url, http).chat_stream(call)
@@ -64,7 +64,7 @@ async def test_stream_drops_unrequested_usage_chunk_but_captures_usage(
 
 
 async def test_stream_without_usage_counts_text(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.report_usage = False
     openai_upstream.fake.control.chunks = 7
@@ -79,7 +79,7 @@ async def test_stream_without_usage_counts_text(
 
 
 async def test_stream_count_text_can_be_switched_off(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.report_usage = False
     stream = await backend(openai_upstream.url, http).chat_stream(chat_call(stream=True))
@@ -89,7 +89,7 @@ async def test_stream_count_text_can_be_switched_off(
 
 
 async def test_stream_drop_raises_stream_interrupted(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.drop_stream_after = 3
     stream = await backend(openai_upstream.url, http).chat_stream(chat_call(stream=True))
@@ -106,7 +106,7 @@ async def test_stream_drop_raises_stream_interrupted(
 
 
 async def test_stream_aclose_midway_releases_the_upstream(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     fake = openai_upstream.fake
     fake.control.chunks = 500
@@ -130,7 +130,7 @@ async def test_stream_aclose_midway_releases_the_upstream(
 
 
 async def test_stream_error_status_raises_before_any_byte(
-    openai_upstream: Served[FakeOpenAI], http: httpx.AsyncClient
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
 ) -> None:
     openai_upstream.fake.control.fail_status = 503
     with pytest.raises(UpstreamError) as caught:
@@ -140,7 +140,7 @@ async def test_stream_error_status_raises_before_any_byte(
     assert not isinstance(caught.value, StreamInterruptedError)
 
 
-async def test_stream_open_connection_refused(refused_url: str, http: httpx.AsyncClient) -> None:
+async def test_stream_open_connection_refused(refused_url: str, http: UpstreamHttp) -> None:
     with pytest.raises(UpstreamError) as caught:
         await backend(refused_url, http).chat_stream(chat_call(stream=True))
     assert caught.value.retryable
@@ -155,7 +155,7 @@ CONTENT = chunk_line({"choices": [{"index": 0, "delta": {"content": "split"}}]})
 USAGE = chunk_line({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4}})
 
 
-async def test_stream_handles_lines_split_across_reads(http: httpx.AsyncClient) -> None:
+async def test_stream_handles_lines_split_across_reads(http: UpstreamHttp) -> None:
     middle = len(USAGE) // 2
     pieces = [CONTENT[:10], CONTENT[10:] + USAGE[:middle], USAGE[middle:], b"data: [DONE]\n\n"]
     async with serve_asgi(ScriptedUpstream(pieces)) as url:
@@ -165,7 +165,7 @@ async def test_stream_handles_lines_split_across_reads(http: httpx.AsyncClient) 
     assert stream.usage == Usage(9, 4)
 
 
-async def test_stream_usage_split_between_its_line_and_blank_line(http: httpx.AsyncClient) -> None:
+async def test_stream_usage_split_between_its_line_and_blank_line(http: UpstreamHttp) -> None:
     pieces = [CONTENT, USAGE[:-1], USAGE[-1:] + CONTENT, b"data: [DONE]\n\n"]
     async with serve_asgi(ScriptedUpstream(pieces)) as url:
         stream = await backend(url, http).chat_stream(chat_call(stream=True))
@@ -174,7 +174,7 @@ async def test_stream_usage_split_between_its_line_and_blank_line(http: httpx.As
     assert stream.usage == Usage(9, 4)
 
 
-async def test_stream_without_done_is_ended_cleanly(http: httpx.AsyncClient) -> None:
+async def test_stream_without_done_is_ended_cleanly(http: UpstreamHttp) -> None:
     async with serve_asgi(ScriptedUpstream([CONTENT, CONTENT[:-1]])) as url:
         stream = await backend(url, http).chat_stream(chat_call(stream=True))
         raw = await collect(stream)
@@ -184,7 +184,7 @@ async def test_stream_without_done_is_ended_cleanly(http: httpx.AsyncClient) -> 
     assert stream.completion_text_chars == len("splitsplit")
 
 
-async def test_stream_usage_in_every_chunk_is_kept(http: httpx.AsyncClient) -> None:
+async def test_stream_usage_in_every_chunk_is_kept(http: UpstreamHttp) -> None:
     # vLLM's continuous usage stats: usage rides on content chunks, which stay.
     pieces = [
         chunk_line({"choices": [{"delta": {"content": "a"}}], "usage": {"prompt_tokens": 3}}),

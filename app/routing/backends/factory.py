@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-import httpx
-
+from app.lib.http import UpstreamHttp
 from app.routing.backends.base import Backend
 from app.routing.backends.ollama import OllamaBackend
 from app.routing.backends.openai import OpenAICompatibleBackend
@@ -31,7 +30,7 @@ def check_kind(kind: str) -> str:
     )
 
 
-def build_backend(spec: BackendSpec, http: httpx.AsyncClient) -> Backend:
+def build_backend(spec: BackendSpec, http: UpstreamHttp) -> Backend:
     kind = check_kind(spec.kind)
     if kind == "ollama":
         return OllamaBackend(spec, http)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
-import httpx
+import aiohttp
 import msgspec
 
+from app.lib.http import UpstreamHttp, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
 from app.routing.backends.ollama_translate import (
     OllamaChat,
@@ -39,6 +38,7 @@ from app.routing.backends.transport import (
     invalid_json,
     open_response,
     probe_get,
+    release_or_close,
 )
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import (
@@ -53,16 +53,14 @@ from app.routing.types import (
 from app.routing.urls import plain_endpoint
 
 DONE_FRAME = b"data: [DONE]\n\n"
-STREAM_HEADERS: Mapping[str, str] = MappingProxyType(
-    {**JSON_HEADERS, "Accept": "application/x-ndjson"}
-)
+STREAM_HEADERS = frozen_headers({**JSON_HEADERS, "Accept": "application/x-ndjson"})
 
 
 class OllamaBackend(Backend):
     kind = "ollama"
     capabilities: frozenset[Capability] = frozenset({"chat", "embeddings"})
 
-    def __init__(self, spec: BackendSpec, http: httpx.AsyncClient) -> None:
+    def __init__(self, spec: BackendSpec, http: UpstreamHttp) -> None:
         super().__init__(dataclasses.replace(spec, api_key=None, models=()))
         self._http = http
         self._tags_url = plain_endpoint(spec.url, "/api/tags")
@@ -73,9 +71,9 @@ class OllamaBackend(Backend):
         outcome = await probe_get(self._http, self._tags_url)
         if isinstance(outcome, str):
             return ProbeResult(False, outcome)
-        if not outcome.is_success:
-            return ProbeResult(False, f"status {outcome.status_code}")
-        return ProbeResult(True, "ok", tag_names(outcome.content))
+        if not outcome.ok:
+            return ProbeResult(False, f"status {outcome.status}")
+        return ProbeResult(True, "ok", tag_names(outcome.body))
 
     async def chat(self, call: UpstreamCall) -> ChatResult:
         body = chat_request(call.model, call.body, stream=False)
@@ -95,7 +93,7 @@ class OllamaBackend(Backend):
     async def chat_stream(self, call: UpstreamCall) -> ChatStream:
         body = chat_request(call.model, call.body, stream=True)
         response = await open_response(
-            self._http, "POST", self._chat_url, content=body, headers=STREAM_HEADERS
+            self._http, "POST", self._chat_url, data=body, headers=STREAM_HEADERS
         )
         return OllamaChatStream(response, model=call.model, include_usage=call.include_usage)
 
@@ -115,9 +113,11 @@ class OllamaBackend(Backend):
 class OllamaChatStream(ChatStream):
     """Translates Ollama's NDJSON stream into OpenAI SSE chunks, one network read at a time."""
 
-    def __init__(self, response: httpx.Response, *, model: str, include_usage: bool) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, *, model: str, include_usage: bool
+    ) -> None:
         self._response = response
-        self._chunks = response.aiter_bytes()
+        self._read = response.content.readany  # whatever arrived, at once: b"" at the end
         self._model = model
         self._include_usage = include_usage
         self._id = completion_id()
@@ -135,27 +135,27 @@ class OllamaChatStream(ChatStream):
     async def __anext__(self) -> bytes:
         while not self._finished:
             try:
-                chunk = await anext(self._chunks)
-            except StopAsyncIteration:
-                self._finished = True
-                await self._response.aclose()
-                out = self._translate(b"\n", at_end=True)
-                if out:
-                    return out
-                break
+                chunk = await self._read()
             except Exception as exc:
                 self._finished = True
-                await self._response.aclose()
+                release_or_close(self._response)
                 if self._closed:
                     break  # the caller closed the stream under us: end quietly
                 if isinstance(exc, HTTP_ERRORS):
                     raise StreamInterruptedError(describe_error(exc)) from exc
                 raise
+            if not chunk:
+                self._finished = True
+                release_or_close(self._response)  # fully read: back to the pool
+                out = self._translate(b"\n", at_end=True)
+                if out:
+                    return out
+                break
             try:
                 out = self._translate(chunk)
             except StreamInterruptedError:
                 self._finished = True
-                await self._response.aclose()
+                release_or_close(self._response)
                 raise
             if out:
                 return out
@@ -166,7 +166,8 @@ class OllamaChatStream(ChatStream):
             return
         self._closed = True
         self._finished = True
-        await self._response.aclose()
+        # A partly read response closes its connection, so the upstream stops generating.
+        release_or_close(self._response)
 
     def _translate(self, chunk: bytes, *, at_end: bool = False) -> bytes:
         data = self._tail + chunk if self._tail else chunk

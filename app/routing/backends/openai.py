@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import httpx
+import aiohttp
 import msgspec
 
+from app.lib.http import UpstreamHttp, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
 from app.routing.backends.transport import (
     HTTP_ERRORS,
@@ -24,6 +25,7 @@ from app.routing.backends.transport import (
     invalid_json,
     open_response,
     probe_get,
+    release_or_close,
 )
 from app.routing.errors import StreamInterruptedError
 from app.routing.types import (
@@ -77,26 +79,28 @@ class OpenAICompatibleBackend(Backend):
     kind = "external"
     capabilities: frozenset[Capability] = frozenset({"chat", "embeddings"})
 
-    def __init__(self, spec: BackendSpec, http: httpx.AsyncClient) -> None:
+    def __init__(self, spec: BackendSpec, http: UpstreamHttp) -> None:
         super().__init__(spec)
         self._http = http
         self._chat_url = openai_endpoint(spec.url, "/chat/completions")
         self._models_url = openai_endpoint(spec.url, "/models")
         self._embeddings_url = openai_endpoint(spec.url, "/embeddings")
         auth = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
-        self._auth = auth
-        self._json_headers = {**JSON_HEADERS, **auth}
-        self._stream_headers = {**self._json_headers, "Accept": "text/event-stream"}
+        self._auth = frozen_headers(auth) if auth else None
+        self._json_headers = frozen_headers({**JSON_HEADERS, **auth})
+        self._stream_headers = frozen_headers(
+            {**JSON_HEADERS, **auth, "Accept": "text/event-stream"}
+        )
 
     async def probe(self) -> ProbeResult:
         outcome = await probe_get(self._http, self._models_url, self._auth)
         if isinstance(outcome, str):
             return ProbeResult(False, outcome)
-        if outcome.status_code == 404:
+        if outcome.status == 404:
             return ProbeResult(True, NO_LISTING_REASON)
-        if not outcome.is_success:
-            return ProbeResult(False, f"status {outcome.status_code}")
-        return ProbeResult(True, "ok", discovered_models(outcome.content))
+        if not outcome.ok:
+            return ProbeResult(False, f"status {outcome.status}")
+        return ProbeResult(True, "ok", discovered_models(outcome.body))
 
     async def chat(self, call: UpstreamCall) -> ChatResult:
         body = encode_body(call, stream=False)
@@ -108,7 +112,7 @@ class OpenAICompatibleBackend(Backend):
     async def chat_stream(self, call: UpstreamCall) -> ChatStream:
         body = encode_body(call, stream=True)
         response = await open_response(
-            self._http, "POST", self._chat_url, content=body, headers=self._stream_headers
+            self._http, "POST", self._chat_url, data=body, headers=self._stream_headers
         )
         return OpenAIChatStream(response, include_usage=call.include_usage)
 
@@ -126,9 +130,9 @@ class OpenAIChatStream(ChatStream):
     turned off by the caller for upstreams known to report usage.
     """
 
-    def __init__(self, response: httpx.Response, *, include_usage: bool) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, *, include_usage: bool) -> None:
         self._response = response
-        self._chunks = response.aiter_bytes()
+        self._read = response.content.readany  # whatever arrived, at once: b"" at the end
         self._include_usage = include_usage
         self.count_text = True
         self._tail = b""
@@ -144,22 +148,22 @@ class OpenAIChatStream(ChatStream):
     async def __anext__(self) -> bytes:
         while not self._finished:
             try:
-                chunk = await anext(self._chunks)
-            except StopAsyncIteration:
-                self._finished = True
-                await self._release()
-                tail = self._finish()
-                if tail:
-                    return tail
-                break
+                chunk = await self._read()
             except Exception as exc:
                 self._finished = True
-                await self._release()
+                release_or_close(self._response)
                 if self._closed:
                     break  # the caller closed the stream under us: end quietly
                 if isinstance(exc, HTTP_ERRORS):
                     raise StreamInterruptedError(describe_error(exc)) from exc
                 raise
+            if not chunk:
+                self._finished = True
+                release_or_close(self._response)  # fully read: back to the pool
+                tail = self._finish()
+                if tail:
+                    return tail
+                break
             out = self._relay(chunk)
             if out:
                 return out
@@ -170,12 +174,9 @@ class OpenAIChatStream(ChatStream):
             return
         self._closed = True
         self._finished = True
-        await self._release()
-
-    async def _release(self) -> None:
-        # Closing a partly read response closes its connection instead of pooling it,
-        # so the upstream sees the disconnect and stops generating.
-        await self._response.aclose()
+        # A partly read response closes its connection instead of pooling it, so the
+        # upstream sees the disconnect and stops generating.
+        release_or_close(self._response)
 
     def _relay(self, chunk: bytes) -> bytes:
         data = self._tail + chunk if self._tail else chunk

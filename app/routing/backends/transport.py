@@ -8,26 +8,38 @@ more than a succeeding one.
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
-from collections.abc import Mapping
-from types import MappingProxyType
+from typing import NamedTuple
 
-import httpx
+import aiohttp
 import msgspec
 
-from app.lib.http import NON_STREAM_DEADLINE_SECONDS, PROBE_TIMEOUT_SECONDS
+from app.lib.http import (
+    NON_STREAM_DEADLINE_SECONDS,
+    PROBE_TIMEOUT_SECONDS,
+    Headers,
+    UpstreamHttp,
+    frozen_headers,
+)
 from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, UpstreamError
 from app.routing.types import Usage
 
-JSON_HEADERS: Mapping[str, str] = MappingProxyType(
+JSON_HEADERS: Headers = frozen_headers(
     {"Content-Type": "application/json", "Accept": "application/json"}
 )
-PROBE_TIMEOUT = httpx.Timeout(PROBE_TIMEOUT_SECONDS)
 PROBE_TIMEOUT_REASON = f"timeout after {PROBE_TIMEOUT_SECONDS}s"
 REASON_LIMIT = 200
 
-HTTP_ERRORS = (httpx.HTTPError, httpx.InvalidURL)
-"""What the client raises for an unusable URL or a failed exchange."""
+HTTP_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError, TimeoutError)
+"""What a failed exchange raises: aiohttp's errors, socket errors, its own timeouts
+(``aiohttp.ServerTimeoutError`` is a ``TimeoutError``)."""
+
+# aiohttp re-raises some socket errors as its own OSError subclasses, keeping the errno.
+_ERRNO_REASONS = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset",
+}
 
 
 class UsageFields(msgspec.Struct):
@@ -40,17 +52,23 @@ class UsageFields(msgspec.Struct):
         return Usage(self.prompt_tokens or 0, self.completion_tokens or 0)
 
 
+class ProbeAnswer(NamedTuple):
+    """What a probe got back: the status and the whole body."""
+
+    status: int
+    body: bytes
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
 def describe_error(exc: BaseException) -> str:
     """A short reason for a failed exchange, for health pages and error messages."""
-    timeouts: tuple[tuple[type[BaseException], str], ...] = (
-        (httpx.ConnectTimeout, "connect timeout"),
-        (httpx.ReadTimeout, "read timeout"),
-        (httpx.WriteTimeout, "write timeout"),
-        (httpx.PoolTimeout, "no free connection in the pool"),
-    )
-    for kind, reason in timeouts:
-        if isinstance(exc, kind):
-            return reason
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect timeout"
+    if isinstance(exc, TimeoutError):  # aiohttp's per-read timeout, among others
+        return "read timeout"
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, ConnectionRefusedError):
@@ -59,10 +77,18 @@ def describe_error(exc: BaseException) -> str:
             return "name resolution failed"
         if isinstance(cause, ConnectionResetError):
             return "connection reset"
+        if isinstance(cause, OSError) and cause.errno in _ERRNO_REASONS:
+            return _ERRNO_REASONS[cause.errno]
         cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, httpx.RemoteProtocolError):
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
         return _clip(f"protocol error: {exc}")
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, aiohttp.ClientResponseError):  # an unparsable status line or header
+        return _clip(f"protocol error: {exc.message}")
+    if isinstance(exc, aiohttp.NonHttpUrlClientError):
+        return _clip(f"unsupported URL: {exc}")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return _clip(f"invalid URL: {exc}")
+    if isinstance(exc, aiohttp.ClientConnectorError):
         return _clip(f"connect failed: {exc}")
     return _clip(str(exc) or type(exc).__name__)
 
@@ -71,78 +97,99 @@ def _clip(text: str) -> str:
     return text if len(text) <= REASON_LIMIT else text[:REASON_LIMIT] + "…"
 
 
-async def read_bounded(response: httpx.Response, limit: int = MAX_UPSTREAM_DETAIL_BYTES) -> bytes:
+async def read_bounded(
+    response: aiohttp.ClientResponse, limit: int = MAX_UPSTREAM_DETAIL_BYTES
+) -> bytes:
     """At most ``limit + 1`` bytes of the body (one more tells the reader it was cut)."""
     parts: list[bytes] = []
     size = 0
     try:
-        async for part in response.aiter_bytes():
+        while size <= limit:
+            part = await response.content.read(limit + 1 - size)
+            if not part:
+                break
             parts.append(part)
             size += len(part)
-            if size > limit:
-                break
-    except httpx.HTTPError:
+    except HTTP_ERRORS:
         pass  # the status is what matters; a half-read error body is fine
-    return b"".join(parts)[: limit + 1]
+    return b"".join(parts)
+
+
+def release_or_close(response: aiohttp.ClientResponse) -> None:
+    """Done with ``response``: a fully read one returns its connection to the pool; a
+    partly read one closes it, so the upstream sees the client leave."""
+    if response.content.at_eof():
+        response.release()
+    else:
+        response.close()
 
 
 async def open_response(
-    http: httpx.AsyncClient,
+    http: UpstreamHttp,
     method: str,
     url: str,
     *,
-    content: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> httpx.Response:
+    data: bytes | None = None,
+    headers: Headers | None = None,
+) -> aiohttp.ClientResponse:
     """Send a request and return the 2xx response with its body unread.
 
     Raises ``UpstreamError`` for transport failures and non-2xx answers (the body is
-    read up to the detail limit, then the connection is released).
+    read up to the detail limit, then the connection is released or closed). The
+    caller owns the returned response and must ``release_or_close()`` it.
     """
     try:
-        request = http.build_request(method, url, content=content, headers=headers)
-        response = await http.send(request, stream=True)
+        response = await http.session.request(
+            method, url, data=data, headers=headers, allow_redirects=False
+        )
     except HTTP_ERRORS as exc:
         raise UpstreamError.transport(describe_error(exc)) from exc
-    if response.is_success:
+    status = response.status
+    if 200 <= status < 300:
         return response
     try:
         detail = await read_bounded(response)
     finally:
-        await response.aclose()
-    raise UpstreamError.from_status(response.status_code, detail)
+        release_or_close(response)
+    raise UpstreamError.from_status(status, detail)
 
 
 async def fetch(
-    http: httpx.AsyncClient,
+    http: UpstreamHttp,
     url: str,
-    content: bytes,
-    headers: Mapping[str, str],
+    data: bytes,
+    headers: Headers,
     *,
     deadline: float = NON_STREAM_DEADLINE_SECONDS,
 ) -> tuple[int, bytes]:
     """POST and read the whole 2xx body within ``deadline`` seconds: (status, body)."""
+    scope = asyncio.timeout(deadline)
     try:
-        async with asyncio.timeout(deadline):
-            response = await open_response(http, "POST", url, content=content, headers=headers)
-            try:
-                return response.status_code, await response.aread()
-            finally:
-                await response.aclose()
-    except TimeoutError as exc:
-        raise UpstreamError.transport(f"no complete answer within {deadline:g}s") from exc
+        async with scope:
+            response = await open_response(http, "POST", url, data=data, headers=headers)
+            # read() returns the connection to the pool at the end of the body, and
+            # closes it if the read fails or is cancelled.
+            return response.status, await response.read()
     except HTTP_ERRORS as exc:
+        if scope.expired():
+            raise UpstreamError.transport(f"no complete answer within {deadline:g}s") from exc
         raise UpstreamError.transport(describe_error(exc)) from exc
 
 
 async def probe_get(
-    http: httpx.AsyncClient, url: str, headers: Mapping[str, str] | None = None
-) -> httpx.Response | str:
-    """GET ``url`` within the probe deadline: the response, or why there is none."""
+    http: UpstreamHttp, url: str, headers: Headers | None = None
+) -> ProbeAnswer | str:
+    """GET ``url`` within the probe deadline: the answer, or why there is none."""
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
-            return await http.get(url, headers=headers, timeout=PROBE_TIMEOUT)
-    except (TimeoutError, httpx.TimeoutException):
+            response = await http.session.request(
+                "GET", url, headers=headers, allow_redirects=False
+            )
+            try:
+                return ProbeAnswer(response.status, await response.read())
+            finally:
+                release_or_close(response)
+    except TimeoutError:  # the deadline, or one of aiohttp's own timeouts
         return PROBE_TIMEOUT_REASON
     except HTTP_ERRORS as exc:
         return describe_error(exc)
