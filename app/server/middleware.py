@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 
 import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, HTTPScope, Message, Receive, Scope, Send
 
+from app.lib.ids import request_id as new_request_id
 from app.server.metrics import HttpMetrics
 
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -39,7 +39,7 @@ def request_context_middleware(metrics: HttpMetrics) -> type:
                 return
             http_scope: HTTPScope = scope
             method = http_scope["method"]
-            request_id = _incoming_request_id(scope) or uuid.uuid4().hex
+            request_id = _incoming_request_id(scope) or new_request_id()
             header = (b"x-request-id", request_id.encode("latin-1"))
             structlog.contextvars.clear_contextvars()
             structlog.contextvars.bind_contextvars(request_id=request_id)

@@ -17,7 +17,7 @@ import datetime
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import msgspec
 import structlog
@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from app.db.models import Project, UsageRecord
 from app.lib.clock import utcnow
+from app.lib.ids import uuid7
 
 logger = structlog.get_logger()
 
@@ -62,7 +63,7 @@ class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
     ttft_ms: int | None = None
     conversation_id: str | None = None
     created_at: datetime.datetime = msgspec.field(default_factory=utcnow)
-    id: UUID = msgspec.field(default_factory=uuid4)
+    id: UUID = msgspec.field(default_factory=uuid7)
 
 
 def _string_limits(table: Table) -> dict[str, int]:
