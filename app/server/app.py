@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
-from litestar import Litestar
+from litestar import Litestar, asgi
 from litestar.config.cors import CORSConfig
 from litestar.di import Provide
+from litestar.handlers import ASGIRouteHandler
 from litestar.openapi.config import OpenAPIConfig
 
 from app import __version__
@@ -13,6 +14,7 @@ from app.domain.accounts.controllers import AuthController
 from app.domain.accounts.deps import accounts_dependencies
 from app.domain.backends.controllers import AliasAdminController, BackendAdminController
 from app.domain.backends.deps import backends_dependencies
+from app.domain.gateway.asgi import gateway_asgi_handlers
 from app.domain.gateway.controllers import GatewayController
 from app.domain.gateway.deps import gateway_dependencies
 from app.domain.projects.controllers import ProjectController
@@ -55,6 +57,18 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
     }
 
 
+def _gateway_routes(resources: Resources) -> list[ASGIRouteHandler]:
+    chat, embeddings = gateway_asgi_handlers(
+        resources.authenticator,
+        resources.gateway,
+        max_body_bytes=resources.settings.max_body_bytes,
+    )
+    return [
+        asgi("/v1/chat/completions", copy_scope=False, name="chat_completions")(chat),
+        asgi("/v1/embeddings", copy_scope=False, name="embeddings")(embeddings),
+    ]
+
+
 def create_app(
     settings: Settings | None = None, *, password_hasher: PasswordHasher | None = None
 ) -> Litestar:
@@ -73,6 +87,7 @@ def create_app(
             BackendAdminController,
             AliasAdminController,
             GatewayController,
+            *_gateway_routes(resources),
         ],
         dependencies={
             **_resource_dependencies(resources),

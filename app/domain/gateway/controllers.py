@@ -1,40 +1,19 @@
-"""``/v1``: OpenAI-compatible chat completions, embeddings, models and health."""
+"""``/v1``: models and health. Chat completions and embeddings are raw ASGI handlers
+(``app/domain/gateway/asgi.py``): they carry the traffic."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, MediaType, Request, Response, get, post
-from litestar.response import Stream
+from litestar import Controller, get
 
 from app.domain.gateway.deps import GatewayCall
-from app.domain.gateway.parsing import model_list, parse_request
-from app.lib.sse import STREAM_HEADERS
+from app.domain.gateway.parsing import model_list
 
 
 class GatewayController(Controller):
     path = "/v1"
     tags = ["gateway"]
-
-    @post("/chat/completions", status_code=200)
-    async def chat_completions(
-        self, request: Request[Any, Any, Any], gateway_call: GatewayCall
-    ) -> Response[bytes] | Stream:
-        parsed = parse_request(await request.body(), "chat")
-        gateway = gateway_call.gateway
-        if parsed.stream:
-            events = await gateway.open_stream(gateway_call.caller, parsed)
-            return Stream(events, media_type="text/event-stream", headers=STREAM_HEADERS)
-        outcome = await gateway.complete(gateway_call.caller, parsed, "chat")
-        return Response(outcome.content, media_type=MediaType.JSON)
-
-    @post("/embeddings", status_code=200)
-    async def embeddings(
-        self, request: Request[Any, Any, Any], gateway_call: GatewayCall
-    ) -> Response[bytes]:
-        parsed = parse_request(await request.body(), "embeddings")
-        outcome = await gateway_call.gateway.complete(gateway_call.caller, parsed, "embeddings")
-        return Response(outcome.content, media_type=MediaType.JSON)
 
     @get("/models")
     async def models(self, gateway_call: GatewayCall) -> dict[str, Any]:

@@ -6,7 +6,7 @@ record, whether it succeeded, was refused or failed mid-stream.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -108,7 +108,9 @@ class GatewayService:
         self._record(metered)
         return outcome
 
-    async def open_stream(self, caller: Caller, request: GatewayRequest) -> AsyncIterator[bytes]:
+    async def open_stream(
+        self, caller: Caller, request: GatewayRequest
+    ) -> AsyncGenerator[bytes, None]:
         """Open the upstream stream (errors before it starts raise normally)."""
         metered = self._begin(caller, request, "chat")
         try:
@@ -124,7 +126,7 @@ class GatewayService:
             raise
         return self._relay(relay, metered)
 
-    async def _relay(self, relay: RelayedStream, metered: Metered) -> AsyncIterator[bytes]:
+    async def _relay(self, relay: RelayedStream, metered: Metered) -> AsyncGenerator[bytes, None]:
         finished = False
         try:
             async for chunk in relay:
