@@ -50,8 +50,8 @@ format: install ## Apply ruff formatting and safe fixes
 	$(RUN) ruff check --fix app tests migrations bench
 
 .PHONY: bench
-bench: install ## Benchmarks (print figures; filled in by the benchmark step)
-	$(RUN) python -m bench
+bench: install ## Side-by-side benchmark: direct vs Arona vs LiteLLM (~12 min; BENCH_ARGS=--quick)
+	$(RUN) python -m bench $(BENCH_ARGS)
 
 .PHONY: clean
 clean: ## Remove local caches and the demo data dir

@@ -19,6 +19,8 @@ import asyncpg
 import httpx
 import redis
 
+from app import __version__
+from app.lib.vault import generate_key_spec
 from bench.procs import SUT_CPU, BenchError, Supervisor, free_port, run_checked, wait_http
 from bench.systems import CHAT_MODEL, EMBED_MODEL, FakeUpstream, System
 
@@ -56,8 +58,6 @@ class AronaDeployment:
     def environment(self, port: int) -> dict[str, str]:
         # Start from a clean slate: ARONA_* of the caller's shell must not leak in.
         env = {k: v for k, v in os.environ.items() if not k.startswith("ARONA_")}
-        from app.lib.vault import generate_key_spec
-
         env.update(
             ARONA_DATABASE_URL=f"postgresql+asyncpg://{PG_HOST}/{self.database}",
             ARONA_REDIS_URL=REDIS_URL,
@@ -104,8 +104,6 @@ class AronaDeployment:
 def start_arona(
     supervisor: Supervisor, deployment: AronaDeployment, fake: FakeUpstream, run_dir: Path
 ) -> System:
-    from app import __version__
-
     port = free_port()
     env = deployment.environment(port)
     deployment.create_database()
@@ -137,7 +135,10 @@ def start_arona(
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    response = client.request(method, path, **kwargs)
+    try:
+        response = client.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        raise BenchError(f"Arona {method} {path} failed: {exc!r}") from exc
     if not response.is_success:
         raise BenchError(f"Arona {method} {path} -> {response.status_code}: {response.text}")
     return response.json() if response.content else None

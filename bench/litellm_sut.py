@@ -94,7 +94,7 @@ def ensure_installed() -> LiteLLMInstall:
 def _failed(reason: str, started: float) -> LiteLLMInstall:
     # pip prints the real cause last; keep it (without the noise of ignored find-links).
     lines = [line for line in tail(INSTALL_LOG, 60).splitlines() if "is ignored" not in line]
-    detail = "\n".join(lines[-8:])
+    detail = "\n".join(line if len(line) < 300 else line[:300] + "..." for line in lines[-8:])
     return LiteLLMInstall(
         False,
         LITELLM_VERSION,
@@ -132,6 +132,10 @@ def start_litellm(
         # Without these it tries to fetch the model price map from the internet at start.
         LITELLM_LOCAL_MODEL_COST_MAP="True",
         LITELLM_LOG="ERROR",
+        # Its upstream pool defaults to 500 connections per host: it would queue half of
+        # the 1,000 slow streams. Arona's pool allows 1,000; give LiteLLM as many.
+        AIOHTTP_CONNECTOR_LIMIT="2000",
+        AIOHTTP_CONNECTOR_LIMIT_PER_HOST="2000",
         PYTHONUNBUFFERED="1",
     )
     argv = [
@@ -150,18 +154,26 @@ def start_litellm(
         "litellm", argv, cpu=SUT_CPU, log=workdir / "litellm.log", env=env, cwd=workdir
     )
     url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/health/liveliness", child, timeout=READY_TIMEOUT_SECONDS)
-    startup = time.monotonic() - started
-    _smoke(url, master_key)
+    try:
+        wait_http(f"{url}/health/liveliness", child, timeout=READY_TIMEOUT_SECONDS)
+        startup = time.monotonic() - started
+        _smoke(url, master_key)
+    except BenchError:
+        # The run goes on without LiteLLM: a half-started one must not keep CPU 0 busy.
+        supervisor.stop(child)
+        raise
     version = f"litellm {install.version}"
     return System("litellm", url, master_key, child.pid, version, startup, child)
 
 
 def _smoke(url: str, key: str) -> None:
     body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "ping"}]}
-    with httpx.Client(timeout=30.0, trust_env=False) as client:
-        response = client.post(
-            f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
-        )
+    try:
+        with httpx.Client(timeout=30.0, trust_env=False) as client:
+            response = client.post(
+                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+            )
+    except httpx.HTTPError as exc:
+        raise BenchError(f"LiteLLM did not answer a test chat: {exc!r}") from exc
     if not response.is_success:
         raise BenchError(f"LiteLLM answered {response.status_code}: {response.text[:500]}")

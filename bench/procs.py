@@ -25,6 +25,8 @@ SUT_CPU = 0
 LOAD_CPU = 1
 """The core the load generator, the fake upstream and the harness itself run on."""
 STOP_GRACE_SECONDS = 5.0
+USABLE_CPUS = frozenset(os.sched_getaffinity(0))
+"""Read once at import, before the harness pins itself to the load core."""
 
 
 class BenchError(RuntimeError):
@@ -32,8 +34,7 @@ class BenchError(RuntimeError):
 
 
 def pinning_available() -> bool:
-    cpus = os.sched_getaffinity(0)
-    return shutil.which("taskset") is not None and {SUT_CPU, LOAD_CPU} <= cpus
+    return shutil.which("taskset") is not None and {SUT_CPU, LOAD_CPU} <= USABLE_CPUS
 
 
 def pin_self_to_load_cpu() -> None:

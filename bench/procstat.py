@@ -59,6 +59,28 @@ def cpu_seconds(root: int) -> float:
     return ticks / CLOCK_TICKS
 
 
+def service_roots(names: tuple[str, ...] = ("postgres", "redis-server")) -> list[int]:
+    """The top processes of the named services (PostgreSQL's postmaster, redis-server).
+
+    Arona's database and Redis work is done there, outside its own process tree; the
+    harness reports it separately (it may include other users' work on a shared box).
+    """
+    comm: dict[int, tuple[str, int]] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        with contextlib.suppress(OSError):
+            name = (entry / "comm").read_text().strip()
+            if fields is not None:
+                comm[int(entry.name)] = (name, int(fields[1]))
+    return [
+        pid
+        for pid, (name, parent) in comm.items()
+        if name in names and comm.get(parent, ("", 0))[0] != name
+    ]
+
+
 def rss_mb(root: int) -> float:
     total_kb = 0
     for pid in descendants(root):

@@ -15,12 +15,18 @@ from bench.scenarios import SCENARIOS, Kind
 from bench.systems import LABELS, SYSTEM_ORDER
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+NO_RATIO = frozenset(
+    {"load_core_busy_pct", "sut_core_busy_pct", "usage_pct", "opened", "sut_cpu_pct"}
+)
+"""Figures whose Arona/LiteLLM ratio says nothing (they describe the run, not the SUT)."""
 
 Row = tuple[str, str, str]
 """metric key, label, format."""
 
 COMMON_TAIL: tuple[Row, ...] = (
+    ("services_cpu_ms_per_req", "PostgreSQL + Redis CPU ms per request (any user)", "{:.3f}"),
     ("sut_cpu_pct", "SUT CPU use (% of one core)", "{:.0f}"),
+    ("sut_core_busy_pct", "SUT core (CPU 0) busy %, all processes", "{:.0f}"),
     ("rss_mb", "SUT RSS after the run (MB)", "{:.0f}"),
     ("load_core_busy_pct", "load core (CPU 1) busy %", "{:.0f}"),
 )
@@ -52,6 +58,7 @@ ROWS: dict[Kind | str, tuple[Row, ...]] = {
         ("rss_open_mb", "SUT RSS while open (MB, median)", "{:.1f}"),
         ("kb_per_stream", "RSS per open stream (KB)", "{:.1f}"),
         ("cpu_ms_per_req", "SUT CPU ms per stream (open, idle, close)", "{:.2f}"),
+        ("services_cpu_ms_per_req", "PostgreSQL + Redis CPU ms per stream (any user)", "{:.2f}"),
         ("load_core_busy_pct", "load core (CPU 1) busy %", "{:.0f}"),
     ),
     MEMORY: (
@@ -97,8 +104,13 @@ def _table(results: Results, scenario: str, rows: tuple[Row, ...]) -> list[str]:
         cells = [_cell(results.values(scenario, s, metric), fmt) for s in SYSTEM_ORDER]
         if all(c == "—" for c in cells):
             continue
-        ratio = _ratio(
-            results.median(scenario, "arona", metric), results.median(scenario, "litellm", metric)
+        ratio = (
+            "—"
+            if metric in NO_RATIO
+            else _ratio(
+                results.median(scenario, "arona", metric),
+                results.median(scenario, "litellm", metric),
+            )
         )
         lines.append("| " + " | ".join([label, *cells, ratio]) + " |")
     errors = [
@@ -112,7 +124,7 @@ def _table(results: Results, scenario: str, rows: tuple[Row, ...]) -> list[str]:
 
 def _targets(results: Results) -> list[str]:
     lines = [
-        "| target | limit | Arona | LiteLLM | Arona |",
+        "| target | limit | Arona | LiteLLM (for reference) | Arona result |",
         "|---|---|---|---|---|",
     ]
     for verdict in verdicts(results):
@@ -156,7 +168,7 @@ def render(context: ReportContext) -> str:
     if MEMORY in results.samples:
         out += ["", "## Memory and start-up", "", *_table(results, MEMORY, ROWS[MEMORY])]
     flagged = results.flagged()
-    notes = [*context.notes, *(f"errors: {line}" for line in flagged)]
+    notes = [*context.notes, *flagged]
     if notes:
         out += ["", "## Notes and flagged runs", "", *(f"- {note}" for note in notes)]
     return "\n".join(out) + "\n"

@@ -16,7 +16,6 @@ Better = Literal["lower", "higher"]
 
 @dataclass(slots=True)
 class Results:
-    systems: list[str]
     samples: dict[str, dict[str, list[Sample]]] = field(default_factory=dict)
     """scenario key -> system key -> one sample per repetition."""
 
@@ -51,7 +50,8 @@ class Results:
                 for index, sample in enumerate(samples, start=1):
                     if sample.errors or sample.notes:
                         detail = "; ".join(sample.notes) or f"{sample.errors} errors"
-                        lines.append(f"{scenario} / {system} / run {index}: {detail}")
+                        kind = "errors" if sample.errors else "note"
+                        lines.append(f"{kind}: {scenario} / {system} / run {index}: {detail}")
         return lines
 
     def summary(self) -> dict[str, dict[str, dict[str, dict[str, float]]]]:

@@ -10,15 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from bench.procs import LOAD_CPU, SUT_CPU
-from bench.procstat import CoreTimes, cpu_seconds, rss_mb, wait_quiet
-from bench.streamload import Target, hold_streams, percentile, run_streams
-from bench.systems import CHAT_MODEL, EMBED_MODEL, FakeUpstream, System
+from bench.procstat import CoreTimes, cpu_seconds, rss_mb, service_roots, wait_quiet
+from bench.streamload import HoldOutcome, Target, hold_streams, percentile, run_streams
+from bench.systems import CHAT_MODEL, EMBED_MODEL, STREAM_CHUNKS, FakeUpstream, System
 from bench.wrkload import run_wrk, write_script
 
 Kind = Literal["wrk", "stream", "hold"]
@@ -26,7 +25,11 @@ CHAT_PATH = "/v1/chat/completions"
 EMBED_PATH = "/v1/embeddings"
 SLOW_STREAMS = 1000
 SLOW_CHUNK_DELAY_SECONDS = 1.0
-OPEN_TIMEOUT_SECONDS = 30.0
+SLOW_CHUNKS = 90
+"""90 s per slow stream: longer than opening them all (60 s at most) plus the hold."""
+OPEN_TIMEOUT_SECONDS = 60.0
+CONTENTION_PERCENT = 15.0
+"""A run is flagged when the SUT's core was busier than the SUT by more than this."""
 
 
 def _body(payload: dict[str, object]) -> bytes:
@@ -91,6 +94,7 @@ class Measurer:
     fake: FakeUpstream
     scripts: Path
     hold_seconds: float
+    services: list[int] = field(default_factory=service_roots)
 
     def run(self, scenario: Scenario, system: System, seconds: float) -> Sample:
         system.check_alive()
@@ -100,6 +104,8 @@ class Measurer:
             sample = self._stream(scenario, system, seconds)
         else:
             sample = self._hold(scenario, system)
+        if system.key != "direct":  # the fake runs on the load core, not on CPU 0
+            _flag_contention(sample)
         # A server that died mid-run leaves figures that mean nothing: stop here.
         system.check_alive()
         self.fake.child.check_alive()
@@ -111,7 +117,7 @@ class Measurer:
         script = self.scripts / f"{system.key}-{scenario.key}.lua"
         if not script.exists():
             write_script(self.scripts, script.stem, scenario.body, system.api_key)
-        window = _Window.start(system.pid)
+        window = _Window.start(system.pid, self.services)
         result = run_wrk(
             self.wrk,
             system.base_url + scenario.path,
@@ -126,7 +132,7 @@ class Measurer:
             p90_ms=result.p90_ms,
             p99_ms=result.p99_ms,
         )
-        notes = [f"{result.errors} errors (status >= 400, socket errors or timeouts)"]
+        notes = [f"{result.errors} errors ({result.breakdown})"]
         return Sample(metrics, result.errors, notes if result.errors else [])
 
     def _target(self, scenario: Scenario, system: System) -> Target:
@@ -135,7 +141,7 @@ class Measurer:
 
     def _stream(self, scenario: Scenario, system: System, seconds: float) -> Sample:
         target = self._target(scenario, system)
-        window = _Window.start(system.pid)
+        window = _Window.start(system.pid, self.services)
         stats, elapsed = asyncio.run(run_streams(target, scenario.concurrency, seconds))
         metrics = window.finish(stats.completed, elapsed)
         metrics.update(
@@ -154,48 +160,62 @@ class Measurer:
 
     def _hold(self, scenario: Scenario, system: System) -> Sample:
         target = self._target(scenario, system)
-        self.fake.control(chunk_delay_seconds=SLOW_CHUNK_DELAY_SECONDS)
+        # Longer streams than usual, so that none ends on its own while a slow system is
+        # still opening the last ones: all of them are open together during the hold.
+        self.fake.control(chunk_delay_seconds=SLOW_CHUNK_DELAY_SECONDS, chunks=SLOW_CHUNKS)
         try:
             before = rss_mb(system.pid)
-            window = _Window.start(system.pid)
-            samples: list[float] = []
+            window = _Window.start(system.pid, self.services)
+            rss: list[float] = []
+            open_now: list[float] = []
+
+            def sample(outcome: HoldOutcome) -> None:
+                rss.append(rss_mb(system.pid))
+                open_now.append(float(outcome.open_now))
+
             outcome = asyncio.run(
                 hold_streams(
                     target,
                     scenario.concurrency,
                     open_timeout=OPEN_TIMEOUT_SECONDS,
-                    while_open=lambda: asyncio.ensure_future(
-                        _sample_rss(system.pid, self.hold_seconds, samples.append)
-                    ),
+                    hold_seconds=self.hold_seconds,
+                    sample=sample,
                 )
             )
-            metrics = window.finish(outcome.opened, window.elapsed())
+            metrics = window.finish(outcome.started, window.elapsed())
         finally:
-            self.fake.control(chunk_delay_seconds=0.0)
-        during = percentile(samples, 50)
+            self.fake.control(chunk_delay_seconds=0.0, chunks=STREAM_CHUNKS)
+        during = percentile(rss, 50)
+        held = percentile(open_now, 50)
         metrics.update(
-            opened=float(outcome.opened),
+            opened=held,
             rss_before_mb=before,
             rss_open_mb=during,
-            kb_per_stream=(during - before) * 1024 / max(outcome.opened, 1),
+            kb_per_stream=(during - before) * 1024 / max(held, 1),
         )
-        errors = scenario.concurrency - outcome.opened
+        errors = scenario.concurrency - outcome.started + outcome.ended
         notes = []
-        if errors:
+        if scenario.concurrency - outcome.started:
             notes.append(
-                f"{errors} of {scenario.concurrency} streams did not start within "
-                f"{OPEN_TIMEOUT_SECONDS:.0f} s ({outcome.failed} failed: "
-                + "; ".join(outcome.error_samples)
-                + ")"
+                f"{scenario.concurrency - outcome.started} of {scenario.concurrency} streams "
+                f"did not start within {OPEN_TIMEOUT_SECONDS:.0f} s"
+                + (f" ({outcome.failed} failed)" if outcome.failed else "")
             )
+        if outcome.ended:
+            notes.append(f"{outcome.ended} streams ended while they were held")
+        if outcome.error_samples:
+            notes.append("errors seen: " + "; ".join(outcome.error_samples))
         return Sample(metrics, errors, notes)
 
 
-async def _sample_rss(pid: int, seconds: float, record: Callable[[float], None]) -> None:
-    # One reading a second while the streams sit idle; the median is reported.
-    for _ in range(max(int(seconds), 1)):
-        await asyncio.sleep(1.0)
-        record(rss_mb(pid))
+def _flag_contention(sample: Sample) -> None:
+    core = sample.metrics.get("sut_core_busy_pct", 0.0)
+    own = sample.metrics.get("sut_cpu_pct", 0.0)
+    if core - own > CONTENTION_PERCENT:
+        sample.notes.append(
+            f"CPU {SUT_CPU} was {core:.0f}% busy but the SUT used {own:.0f}%: other "
+            "processes (PostgreSQL, Redis, another user's) competed for its core"
+        )
 
 
 @dataclass(slots=True)
@@ -204,22 +224,29 @@ class _Window:
 
     pid: int
     cpu: float
+    services: list[int]
+    services_cpu: float
     cores: CoreTimes
     started: float
 
     @classmethod
-    def start(cls, pid: int) -> _Window:
-        return cls(pid, cpu_seconds(pid), CoreTimes.read(), time.monotonic())
+    def start(cls, pid: int, services: list[int]) -> _Window:
+        services_cpu = sum(cpu_seconds(p) for p in services)
+        return cls(
+            pid, cpu_seconds(pid), services, services_cpu, CoreTimes.read(), time.monotonic()
+        )
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     def finish(self, completed: int, seconds: float) -> dict[str, float]:
         spent = cpu_seconds(self.pid) - self.cpu
+        services = sum(cpu_seconds(p) for p in self.services) - self.services_cpu
         cores = CoreTimes.read()
         return {
             "completed": float(completed),
             "cpu_ms_per_req": 1000 * spent / completed if completed else 0.0,
+            "services_cpu_ms_per_req": 1000 * services / completed if completed else 0.0,
             "sut_cpu_pct": 100 * spent / seconds if seconds > 0 else 0.0,
             "sut_core_busy_pct": cores.busy_percent_since(self.cores, SUT_CPU),
             "load_core_busy_pct": cores.busy_percent_since(self.cores, LOAD_CPU),

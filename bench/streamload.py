@@ -172,37 +172,57 @@ async def run_streams(
 
 @dataclass(slots=True)
 class HoldOutcome:
-    opened: int = 0
+    started: int = 0
+    """Streams whose first body bytes arrived."""
+    open_now: int = 0
+    ended: int = 0
+    """Streams that finished or broke while they should have been held."""
     failed: int = 0
+    """Streams that never started (connect or request failed)."""
     error_samples: list[str] = field(default_factory=list)
+
+    def note(self, exc: BaseException) -> None:
+        if len(self.error_samples) < 5:
+            self.error_samples.append(f"{type(exc).__name__}: {exc}")
 
 
 async def _hold_one(
     target: Target,
     outcome: HoldOutcome,
-    opened: asyncio.Event,
+    all_started: asyncio.Event,
     wanted: int,
     gate: asyncio.Semaphore,
 ) -> None:
     writer: asyncio.StreamWriter | None = None
+    started = False
+    let_go = False
 
-    def mark_open(_: float) -> None:
-        outcome.opened += 1
-        if outcome.opened + outcome.failed >= wanted:
-            opened.set()
+    def mark_started(_: float) -> None:
+        nonlocal started
+        started = True
+        outcome.started += 1
+        outcome.open_now += 1
+        if outcome.started + outcome.failed >= wanted:
+            all_started.set()
 
     try:
         async with gate:
             # The gate only spaces out connects; the stream is held after it is released.
             reader, writer = await asyncio.open_connection(target.host, target.port)
-        await exchange(reader, writer, target.request(), mark_open)
+        await exchange(reader, writer, target.request(), mark_started)
+    except asyncio.CancelledError:
+        let_go = True  # the harness is done holding: not an early end
+        raise
     except (OSError, asyncio.IncompleteReadError, ProtocolError) as exc:
-        outcome.failed += 1
-        if len(outcome.error_samples) < 5:
-            outcome.error_samples.append(f"{type(exc).__name__}: {exc}")
-        if outcome.opened + outcome.failed >= wanted:
-            opened.set()
+        outcome.note(exc)
+        if not started:
+            outcome.failed += 1
+            if outcome.started + outcome.failed >= wanted:
+                all_started.set()
     finally:
+        if started and not let_go:
+            outcome.open_now -= 1
+            outcome.ended += 1
         if writer is not None:
             writer.transport.abort()
 
@@ -212,21 +232,25 @@ async def hold_streams(
     count: int,
     *,
     open_timeout: float,
-    while_open: Callable[[], asyncio.Future[None] | asyncio.Task[None]],
+    hold_seconds: float,
+    sample: Callable[[HoldOutcome], None],
 ) -> HoldOutcome:
-    """Open ``count`` slow streams, run ``while_open`` once all have started (or the
-    timeout passed), then drop every connection."""
+    """Open ``count`` slow streams; once all have started (or ``open_timeout`` passed),
+    call ``sample`` once a second for ``hold_seconds``; then drop every connection."""
     outcome = HoldOutcome()
-    opened = asyncio.Event()
+    all_started = asyncio.Event()
     gate = asyncio.Semaphore(100)
     tasks = [
-        asyncio.create_task(_hold_one(target, outcome, opened, count, gate)) for _ in range(count)
+        asyncio.create_task(_hold_one(target, outcome, all_started, count, gate))
+        for _ in range(count)
     ]
     try:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(open_timeout):
-                await opened.wait()
-        await while_open()
+                await all_started.wait()
+        for _ in range(max(round(hold_seconds), 1)):
+            await asyncio.sleep(1.0)
+            sample(outcome)
     finally:
         for task in tasks:
             task.cancel()

@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from bench.procs import LOAD_CPU, Child, Supervisor, free_port, wait_http
+from app import __version__
+from bench.procs import LOAD_CPU, BenchError, Child, Supervisor, free_port, wait_http
 
 CHAT_MODEL = "bench-chat"
 EMBED_MODEL = "bench-embed"
@@ -57,13 +58,14 @@ class FakeUpstream:
 
     def control(self, **switches: Any) -> None:
         """Flip switches of the fake (``POST /__fake/control``)."""
-        with httpx.Client(timeout=5.0, trust_env=False) as client:
-            client.post(f"{self.url}/__fake/control", json=switches).raise_for_status()
+        try:
+            with httpx.Client(timeout=5.0, trust_env=False) as client:
+                client.post(f"{self.url}/__fake/control", json=switches).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise BenchError(f"the fake upstream refused {switches}: {exc!r}") from exc
 
     def as_system(self) -> System:
         # The floor: the same requests straight to the fake, no gateway in between.
-        from app import __version__
-
         version = f"app.fakes {__version__}"
         return System("direct", self.url, FAKE_KEY, self.child.pid, version, child=self.child)
 

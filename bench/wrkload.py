@@ -46,6 +46,8 @@ class WrkResult:
     errors: int
     """Responses with status >= 400 plus socket errors and timeouts."""
     status_errors: int
+    breakdown: str
+    """The errors by kind, for the report."""
     seconds: float
     p50_ms: float
     p90_ms: float
@@ -117,11 +119,14 @@ def run_wrk(wrk: str, url: str, script: Path, *, connections: int, seconds: floa
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_MARK):
             raw = json.loads(line[len(RESULT_MARK) :])
-            errors = sum(raw[k] for k in ("status", "connect", "read", "write", "timeout"))
+            kinds = ("status", "connect", "read", "write", "timeout")
+            errors = sum(raw[k] for k in kinds)
+            breakdown = ", ".join(f"{k} {raw[k]}" for k in kinds if raw[k])
             return WrkResult(
                 requests=raw["requests"],
                 errors=errors,
                 status_errors=raw["status"],
+                breakdown=breakdown,
                 seconds=raw["duration_us"] / 1e6,
                 p50_ms=raw["p50_us"] / 1000,
                 p90_ms=raw["p90_us"] / 1000,
