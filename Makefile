@@ -50,7 +50,7 @@ format: install ## Apply ruff formatting and safe fixes
 	$(RUN) ruff check --fix app tests migrations bench
 
 .PHONY: bench
-bench: install ## Side-by-side benchmark: direct vs Arona vs LiteLLM (~12 min; BENCH_ARGS=--quick)
+bench: install ## Side-by-side benchmark: direct vs Arona vs LiteLLM (~8 min; BENCH_ARGS=--quick)
 	$(RUN) python -m bench $(BENCH_ARGS)
 
 .PHONY: clean

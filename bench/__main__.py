@@ -10,6 +10,7 @@ import argparse
 import shlex
 import sys
 
+from bench.procs import BenchError
 from bench.runner import Options, run
 from bench.scenarios import SCENARIOS
 from bench.systems import SYSTEM_ORDER
@@ -57,6 +58,8 @@ def parse_args(argv: list[str]) -> Options:
         systems = tuple(s for s in systems if s != "litellm")
     if not systems:
         parser.error("no system left to run")
+    full = not args.quick and systems == SYSTEM_ORDER and args.scenarios == scenario_keys
+    suffix = "" if full else ("-quick" if args.quick else "-partial")
     return Options(
         seconds=seconds,
         runs=runs,
@@ -65,6 +68,7 @@ def parse_args(argv: list[str]) -> Options:
         systems=systems,
         scenarios=args.scenarios,
         command=" ".join(["python -m bench", shlex.join(argv)]).strip(),
+        suffix=suffix,
     )
 
 
@@ -72,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return run(options)
+    except BenchError as exc:  # raised before any process was started (wrk missing)
+        print(f"benchmark failed: {exc}", flush=True)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: every process the benchmark started was stopped", flush=True)
         return 130

@@ -72,6 +72,8 @@ ROWS: dict[Kind | str, tuple[Row, ...]] = {
 @dataclass(slots=True)
 class ReportContext:
     date: str
+    name: str
+    """The results file name without extension: the date, plus a suffix for partial runs."""
     command: str
     wall_seconds: float
     runs: int
@@ -176,8 +178,8 @@ def render(context: ReportContext) -> str:
 
 def write(context: ReportContext, markdown: str) -> tuple[Path, Path]:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    md_path = RESULTS_DIR / f"{context.date}.md"
-    json_path = RESULTS_DIR / f"{context.date}.json"
+    md_path = RESULTS_DIR / f"{context.name}.md"
+    json_path = RESULTS_DIR / f"{context.name}.json"
     md_path.write_text(markdown)
     results = context.results
     payload = {

@@ -39,6 +39,9 @@ class Options:
     systems: tuple[str, ...]
     scenarios: tuple[str, ...]
     command: str
+    suffix: str = ""
+    """Appended to the results file names, so a smoke check does not replace the day's
+    full run."""
 
 
 def raise_fd_limit() -> int:
@@ -189,6 +192,7 @@ def run(options: Options) -> int:
     results.derive_added_latency()
     context = ReportContext(
         date=time.strftime("%Y-%m-%d"),
+        name=time.strftime("%Y-%m-%d") + options.suffix,
         command=options.command,
         wall_seconds=time.monotonic() - started,
         runs=options.runs,

@@ -21,7 +21,10 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 READ_TIMEOUT_SECONDS = 120.0
 """Silence allowed between two reads of an answer."""
 
-MAX_CONNECTIONS = 1000
+MAX_CONNECTIONS = 10_000
+"""Upstream connections open at once, all backends together. Each open stream holds
+one, so this bounds concurrent streams per process; it is a safety net against
+descriptor exhaustion, not a throttle (quotas and breakers do that)."""
 KEEPALIVE_EXPIRY_SECONDS = 30.0
 
 NON_STREAM_DEADLINE_SECONDS = 600.0
