@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
-from sqlalchemy import delete, event, func, insert, select, text
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
@@ -338,15 +338,18 @@ async def test_a_graceful_stop_of_the_app_writes_what_is_buffered(
 async def test_while_the_database_refuses_traffic_does_not_trigger_retries(
     fresh_engine: AsyncEngine,
 ):
-    attempts: list[str] = []
-
-    def count_inserts(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO USAGE_RECORDS"):
-            attempts.append(statement)
-
-    event.listen(fresh_engine.sync_engine, "before_cursor_execute", count_inserts)
+    attempts: list[int] = []
     tag = uuid.uuid4().hex
     writer = UsageWriter(fresh_engine, max_batch=2, flush_interval=3600)
+    # Count insert attempts at the writer's own seam: on PostgreSQL the rows go through
+    # asyncpg directly, so SQLAlchemy's cursor events never see them.
+    insert = writer._insert
+
+    async def counting_insert(connection: Any, rows: list[dict[str, Any]]) -> None:
+        attempts.append(len(rows))
+        await insert(connection, rows)
+
+    writer._insert = counting_insert  # type: ignore[method-assign]
     await rename_usage_table(fresh_engine, "usage_records", "usage_records_away")
     for n in range(2):
         writer.record(entry(tag, n))  # reaches max_batch: one flush is tried, and fails

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
+import asyncpg
 import msgspec
 import structlog
 from sqlalchemy import Insert, Table, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import Project, UsageRecord
@@ -108,6 +109,12 @@ class UsageWriter:
         self._table = table
         self._limits = _string_limits(table)
         self._chunk = max(1, min(max_batch, _MAX_PARAMETERS // len(table.columns)))
+        self._columns = tuple(UsageEntry.__struct_fields__)
+        placeholders = ", ".join(f"${i}" for i in range(1, len(self._columns) + 1))
+        self._pg_insert_sql = (
+            f"INSERT INTO {table.name} ({', '.join(self._columns)}) "  # noqa: S608 - our own names
+            f"VALUES ({placeholders}) ON CONFLICT (id) DO NOTHING"
+        )
 
     @property
     def pending(self) -> int:
@@ -204,12 +211,31 @@ class UsageWriter:
     async def _execute(self, rows: list[dict[str, Any]]) -> None:
         if isinstance(self._target, AsyncEngine):
             async with self._target.begin() as connection:
-                await connection.execute(self._statement(connection), rows)
+                await self._insert(connection, rows)
             return
         async with self._target() as session:
-            connection = await session.connection()
-            await connection.execute(self._statement(connection), rows)
+            await self._insert(await session.connection(), rows)
             await session.commit()
+
+    async def _insert(self, connection: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+        if connection.dialect.name == "postgresql" and connection.dialect.driver == "asyncpg":
+            # SQLAlchemy's executemany renders and binds every row in Python: ~50 ms of
+            # event-loop time per 500 rows, a stall every busy request waits through.
+            # asyncpg's executemany encodes in C and pipelines the rows.
+            raw = await connection.get_raw_connection()
+            driver = raw.driver_connection
+            assert driver is not None
+            columns = self._columns
+            records = [tuple(row[name] for name in columns) for row in rows]
+            try:
+                await driver.executemany(self._pg_insert_sql, records)
+            except asyncpg.IntegrityConstraintViolationError as exc:
+                raise IntegrityError(self._pg_insert_sql, None, exc) from exc
+            except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                # One error vocabulary for callers, whichever path wrote the rows.
+                raise DBAPIError(self._pg_insert_sql, None, exc) from exc
+            return
+        await connection.execute(self._statement(connection), rows)
 
     def _statement(self, connection: AsyncConnection) -> Insert:
         dialect = connection.dialect.name
