@@ -40,7 +40,9 @@ class Harness:
         self._memory_bus = MemoryEventBus(max_queue=100)
 
     def redis_client(self) -> Redis:
-        client = Redis.from_url(REDIS_URL)
+        # Atomicity tests open hundreds of connections at once; on a loaded machine
+        # the 5 s default read timeout is a flake, not a finding.
+        client = Redis.from_url(REDIS_URL, socket_timeout=30)
         self._clients.append(client)
         return client
 
