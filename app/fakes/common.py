@@ -49,6 +49,8 @@ class FakeControl:
     ``content``: the reply text (None: "Hello from <name>"); ``chunks``: content
     frames per stream (a text shorter than that is repeated to fill them, in streamed
     and whole answers alike). ``record_requests``: keep the received requests.
+    ``reject_stream_options``: answer 400 to a request carrying ``stream_options``, as
+    some strict OpenAI-compatible servers do.
     """
 
     models: list[str]
@@ -63,6 +65,7 @@ class FakeControl:
     content: str | None = None
     chunks: int = 5
     record_requests: bool = True
+    reject_stream_options: bool = False
 
 
 class ControlPatch(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -81,6 +84,7 @@ class ControlPatch(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     content: str | msgspec.UnsetType | None = msgspec.UNSET
     chunks: int | msgspec.UnsetType = msgspec.UNSET
     record_requests: bool | msgspec.UnsetType = msgspec.UNSET
+    reject_stream_options: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 @dataclass(slots=True)

@@ -72,6 +72,9 @@ class FakeOpenAI(FakeUpstream):
         if not isinstance(messages, list) or not messages:
             await self.send_error(request, 400, "'messages' must be a non-empty array")
             return
+        if self.control.reject_stream_options and "stream_options" in body:
+            await self.send_error(request, 400, "Unrecognized request argument: stream_options")
+            return
         self._completion_id += 1
         completion_id = f"chatcmpl-fake-{self._completion_id}"
         model = str(body.get("model", ""))

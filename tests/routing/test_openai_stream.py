@@ -201,3 +201,35 @@ async def test_stream_usage_in_every_chunk_is_kept(http: UpstreamHttp) -> None:
         raw = await collect(stream)
     assert raw == b"".join(pieces)
     assert stream.usage == Usage(3, 2)
+
+
+async def test_an_upstream_refusing_stream_options_is_streamed_without_them(
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
+) -> None:
+    fake = openai_upstream.fake
+    fake.control.reject_stream_options = True
+    adapter = backend(openai_upstream.url, http)
+    stream = await adapter.chat_stream(chat_call(stream=True))
+    events = sse_events(await collect(stream))
+    assert events[-1] == "[DONE]"
+    assert streamed_text(events) == "Hello from alpha"
+    assert stream.usage is None  # nothing reported: the caller estimates
+    assert stream.completion_text_chars == len("Hello from alpha")
+    first, second = fake.requests_for("/chat/completions")
+    assert "stream_options" in first.body
+    assert "stream_options" not in second.body
+    # Learned: the next stream goes out without the field at once.
+    await collect(await adapter.chat_stream(chat_call(stream=True)))
+    assert len(fake.requests_for("/chat/completions")) == 3
+    assert "stream_options" not in fake.requests_for("/chat/completions")[2].body
+
+
+async def test_the_clients_own_stream_options_refused_is_the_clients_error(
+    openai_upstream: Served[FakeOpenAI], http: UpstreamHttp
+) -> None:
+    openai_upstream.fake.control.reject_stream_options = True
+    adapter = backend(openai_upstream.url, http)
+    with pytest.raises(UpstreamError) as info:
+        await adapter.chat_stream(chat_call(stream=True, stream_options={"include_usage": True}))
+    assert info.value.upstream_status == 400
+    assert len(openai_upstream.fake.requests_for("/chat/completions")) == 1

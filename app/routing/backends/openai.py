@@ -27,7 +27,7 @@ from app.routing.backends.transport import (
     probe_get,
     release_or_close,
 )
-from app.routing.errors import StreamInterruptedError
+from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import (
     BackendSpec,
     Capability,
@@ -82,6 +82,9 @@ class OpenAICompatibleBackend(Backend):
     def __init__(self, spec: BackendSpec, http: UpstreamHttp) -> None:
         super().__init__(spec)
         self._http = http
+        self._accepts_stream_options = True
+        """False once the upstream refused ``stream_options`` (kept per adapter, so a
+        re-registration tries again)."""
         self._chat_url = openai_endpoint(spec.url, "/chat/completions")
         self._models_url = openai_endpoint(spec.url, "/models")
         self._embeddings_url = openai_endpoint(spec.url, "/embeddings")
@@ -110,10 +113,22 @@ class OpenAICompatibleBackend(Backend):
         return ChatResult(content=content, usage=usage, completion_text_chars=chars)
 
     async def chat_stream(self, call: UpstreamCall) -> ChatStream:
-        body = encode_body(call, stream=True)
-        response = await open_response(
-            self._http, "POST", self._chat_url, data=body, headers=self._stream_headers
-        )
+        ask_usage = self._accepts_stream_options
+        body = encode_body(call, stream=True, ask_usage=ask_usage)
+        try:
+            response = await open_response(
+                self._http, "POST", self._chat_url, data=body, headers=self._stream_headers
+            )
+        except UpstreamError as exc:
+            if not (ask_usage and _refused_stream_options(exc, call)):
+                raise
+            # A strict upstream refused the field we added, not the client's request:
+            # stop adding it (its streams are metered by estimate) and send it as is.
+            self._accepts_stream_options = False
+            body = encode_body(call, stream=True, ask_usage=False)
+            response = await open_response(
+                self._http, "POST", self._chat_url, data=body, headers=self._stream_headers
+            )
         return OpenAIChatStream(response, include_usage=call.include_usage)
 
     async def embed(self, call: UpstreamCall) -> EmbeddingResult:
@@ -247,20 +262,29 @@ class OpenAIChatStream(ChatStream):
         return out
 
 
-def encode_body(call: UpstreamCall, *, stream: bool | None) -> bytes:
+def encode_body(call: UpstreamCall, *, stream: bool | None, ask_usage: bool = True) -> bytes:
     """The client's body with the backend's model name; ``stream`` None leaves it as is."""
     body: dict[str, msgspec.Raw] = dict(call.body)
     body["model"] = msgspec.Raw(msgspec.json.encode(call.model))
     if stream is True:
         body["stream"] = TRUE
-        # Always ask for usage so metering never has to guess; the relay hides the
-        # usage chunk again from a client that did not ask for it.
-        body["stream_options"] = _with_include_usage(call.body.get("stream_options"))
+        if ask_usage:
+            # Ask for usage so metering never has to guess; the relay hides the usage
+            # chunk again from a client that did not ask for it.
+            body["stream_options"] = _with_include_usage(call.body.get("stream_options"))
     elif stream is False:
         body.pop("stream_options", None)
         if "stream" in body:
             body["stream"] = FALSE
     return msgspec.json.encode(body)
+
+
+def _refused_stream_options(exc: UpstreamError, call: UpstreamCall) -> bool:
+    return (
+        exc.upstream_status in (400, 422)
+        and "stream_options" in exc.message
+        and "stream_options" not in call.body
+    )
 
 
 def _with_include_usage(raw: msgspec.Raw | None) -> msgspec.Raw:
