@@ -2,12 +2,15 @@
 
 The pipeline of DESIGN.md: resolve the alias, filter (provider hint, capability,
 advertises the model, healthy, breaker not open, not excluded by an earlier failed
-attempt), honour the conversation pin, then pick the least loaded with round-robin
-among ties so equal backends share load evenly.
+attempt), honour the conversation pin, then pick the lowest score with round-robin
+among ties so equal backends share load evenly. The score is the local in-flight count,
+plus ``running + 10 * waiting`` from the backend's own metrics where it publishes them
+(vLLM), or a 1,000,000 penalty when those metrics are unavailable.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from app.routing.affinity import AffinityStore
@@ -15,6 +18,7 @@ from app.routing.aliases import AliasTable
 from app.routing.errors import ModelNotFoundError, NoHealthyBackendError
 from app.routing.registry import BackendRegistry, BackendState
 from app.routing.types import Capability, RouteHints
+from app.routing.vllm_metrics import VllmMetricsCache, score
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +37,17 @@ def _matches_provider(state: BackendState, provider: str | None) -> bool:
 
 class Router:
     def __init__(
-        self, registry: BackendRegistry, aliases: AliasTable, affinity: AffinityStore
+        self,
+        registry: BackendRegistry,
+        aliases: AliasTable,
+        affinity: AffinityStore,
+        *,
+        metrics: VllmMetricsCache | None = None,
     ) -> None:
         self._registry = registry
         self._aliases = aliases
         self._affinity = affinity
+        self._metrics = metrics
         self._turn = 0
 
     def resolve(self, model: str) -> str:
@@ -81,24 +91,45 @@ class Router:
             for selection in usable:
                 if selection.state.name == pinned and selection.state.breaker.acquire():
                     return selection
-        chosen = self._pick_least_loaded(usable)
+        chosen = self._pick_lowest_score(usable, await self._scores(usable))
         if conversation and chosen.state.name != pinned:
             await self._affinity.bind(hints.affinity_scope, conversation, chosen.state.name)
         return chosen
 
-    def _pick_least_loaded(self, usable: list[Selection]) -> Selection:
-        remaining = list(usable)
+    async def _scores(self, usable: list[Selection]) -> list[float]:
+        """``running + 10 * waiting + local in-flight`` where a backend publishes its
+        load (vLLM), else the local in-flight count alone."""
+        scores = [float(s.state.in_flight) for s in usable]
+        if self._metrics is None:
+            return scores
+        cache = self._metrics
+        measured = [
+            (i, s.state.name, source)
+            for i, s in enumerate(usable)
+            if (source := s.state.adapter.metrics_source()) is not None
+        ]
+        if measured:
+            loads = await asyncio.gather(*(cache.load(name, src) for _, name, src in measured))
+            for (i, _, _), load in zip(measured, loads, strict=True):
+                scores[i] = score(load, usable[i].state.in_flight)
+        return scores
+
+    def _pick_lowest_score(self, usable: list[Selection], scores: list[float]) -> Selection:
+        remaining = list(zip(scores, usable, strict=True))
         while remaining:
-            lowest = min(s.state.in_flight for s in remaining)
-            ties = [s for s in remaining if s.state.in_flight == lowest]
-            ties.sort(key=lambda s: s.state.name)
+            lowest = min(value for value, _ in remaining)
+            ties = sorted((s for value, s in remaining if value == lowest), key=_by_name)
             chosen = ties[self._turn % len(ties)]
             self._turn += 1
             if chosen.state.breaker.acquire():
                 return chosen
             # A concurrent caller took the half-open trial between filter and pick.
-            remaining.remove(chosen)
+            remaining = [(value, s) for value, s in remaining if s is not chosen]
         raise NoHealthyBackendError(usable[0].served_model, "circuit breakers open")
+
+
+def _by_name(selection: Selection) -> str:
+    return selection.state.name
 
 
 def _why_unusable(known: list[Selection], hints: RouteHints) -> str:

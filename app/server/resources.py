@@ -44,6 +44,7 @@ from app.routing.registry import BackendRegistry
 from app.routing.router import Router
 from app.routing.service import RoutingService
 from app.routing.types import BackendSpec
+from app.routing.vllm_metrics import VllmMetricsCache
 from app.server.metrics import HttpMetrics
 
 
@@ -146,7 +147,8 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)
     )
     aliases = AliasTable()
-    routing = RoutingService(registry, Router(registry, aliases, AffinityStore(state_store)))
+    router = Router(registry, aliases, AffinityStore(state_store), metrics=VllmMetricsCache())
+    routing = RoutingService(registry, router)
     usage_writer = UsageWriter(db_config.get_engine(), flush_interval=settings.usage_flush_seconds)
     return Resources(
         settings=settings,

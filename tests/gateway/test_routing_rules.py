@@ -7,6 +7,8 @@ from collections import Counter
 
 from openai.types.chat import ChatCompletionMessageParam
 
+from app.fakes.serve import serve_asgi
+from app.fakes.vllm_upstream import FakeVllm
 from tests.gateway.conftest import ADMIN, GatewayEnv, unique
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
@@ -172,3 +174,20 @@ async def test_health_summarises_backends(env: GatewayEnv) -> None:
     body = response.json()
     assert body["backends"]["healthy"] >= 1
     assert body["status"] in ("ok", "degraded")
+
+
+async def test_vllm_backends_are_chosen_by_their_published_load(env: GatewayEnv) -> None:
+    busy, quiet = (
+        FakeVllm(unique("busy"), models=["pool-m"]),
+        FakeVllm(unique("quiet"), models=["pool-m"]),
+    )
+    busy.running, busy.waiting = 40.0, 5.0
+    quiet.running, quiet.engines, quiet.old_names = 2.0, 2, True
+    urls = [await env.stack.enter_async_context(serve_asgi(fake)) for fake in (busy, quiet)]
+    for url in urls:
+        await env.register(unique("vllm"), url, type="vllm")
+    served = Counter([await served_by(env, "pool-m") for _ in range(8)])
+    assert set(served) == {f"Hello from {quiet.name}"}, served
+    assert busy.metrics_scrapes >= 1
+    assert quiet.metrics_scrapes >= 1
+    assert busy.stats.chats == 0

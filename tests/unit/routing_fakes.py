@@ -7,7 +7,7 @@ behaviour is covered against real loopback servers in tests/routing and tests/ap
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -32,6 +32,7 @@ from app.routing.types import (
     UpstreamCall,
     Usage,
 )
+from app.routing.vllm_metrics import VllmMetricsCache
 
 
 class FakeClock:
@@ -53,6 +54,9 @@ class Script:
     default: str = "ok"
     probe_healthy: bool = True
     probe_models: tuple[str, ...] = ()
+    metrics: str | None = None
+    """Prometheus text this backend publishes (None: it publishes none)."""
+    metrics_error: Exception | None = None
 
     def next(self) -> str:
         return self.outcomes.popleft() if self.outcomes else self.default
@@ -98,6 +102,18 @@ class FakeBackend(Backend):
         self.calls: list[UpstreamCall] = []
         self.streams: list[FakeStream] = []
 
+    def metrics_source(self) -> Callable[[], Awaitable[str]] | None:
+        if self.script.metrics is None:
+            return None
+
+        async def scrape() -> str:
+            if self.script.metrics_error is not None:
+                raise self.script.metrics_error
+            assert self.script.metrics is not None
+            return self.script.metrics
+
+        return scrape
+
     async def probe(self) -> ProbeResult:
         if self.script.probe_healthy:
             return ProbeResult(True, "ok", self.script.probe_models)
@@ -137,7 +153,8 @@ class RoutingRig:
         self.state = MemoryStateStore()
         self.events = MemoryEventBus()
         self.affinity = AffinityStore(self.state)
-        self.router = Router(self.registry, self.aliases, self.affinity)
+        self.metrics = VllmMetricsCache(clock=self.clock)
+        self.router = Router(self.registry, self.aliases, self.affinity, metrics=self.metrics)
         self.service = RoutingService(self.registry, self.router, clock=self.clock)
 
     def _build(self, spec: BackendSpec) -> Backend:

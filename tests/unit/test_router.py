@@ -197,3 +197,55 @@ async def test_replacing_a_backend_starts_it_fail_closed(rig: RoutingRig) -> Non
     assert state.health.status is HealthStatus.UNKNOWN
     with pytest.raises(NoHealthyBackendError):
         await select(rig)
+
+
+def vllm_metrics(running: float, waiting: float = 0.0) -> str:
+    return (
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{model_name="m"}} {running}\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+    )
+
+
+async def test_published_load_decides_and_follows_its_changes(rig: RoutingRig) -> None:
+    rig.add("a", kind="vllm")
+    rig.add("b", kind="vllm")
+    rig.script("a").metrics = vllm_metrics(running=2, waiting=1)  # score 12
+    rig.script("b").metrics = vllm_metrics(running=5)  # score 5
+    assert {await select(rig) for _ in range(4)} == {"b"}
+    rig.script("b").metrics = vllm_metrics(running=5, waiting=2)  # score 25
+    rig.clock.advance(2.5)  # stale: this call still sees 5 and refreshes behind it
+    assert await select(rig) == "b"
+    await asyncio.sleep(0.01)
+    assert {await select(rig) for _ in range(4)} == {"a"}
+
+
+async def test_unavailable_metrics_are_penalised_but_still_a_last_resort(
+    rig: RoutingRig,
+) -> None:
+    rig.add("a", kind="vllm")
+    rig.add("b", kind="vllm")
+    rig.script("a").metrics = vllm_metrics(running=400, waiting=40)
+    rig.script("b").metrics = ""
+    rig.script("b").metrics_error = ConnectionRefusedError("connection refused")
+    assert {await select(rig) for _ in range(4)} == {"a"}
+    rig.registry.remove("a")
+    assert await select(rig) == "b"
+    assert rig.metrics.last_error("b") == "connection refused"
+
+
+async def test_equal_published_loads_share_evenly(rig: RoutingRig) -> None:
+    for name in ("a", "b"):
+        rig.add(name, kind="vllm")
+        rig.script(name).metrics = vllm_metrics(running=3)
+    assert Counter([await select(rig) for _ in range(100)]) == {"a": 50, "b": 50}
+
+
+async def test_local_in_flight_adds_to_the_published_load(rig: RoutingRig) -> None:
+    a = rig.add("a", kind="vllm")
+    rig.add("b", kind="vllm")
+    rig.script("a").metrics = vllm_metrics(running=1)
+    rig.script("b").metrics = vllm_metrics(running=3)
+    a.in_flight = 5  # calls this replica sent that the last scrape did not see yet
+    assert await select(rig) == "b"

@@ -9,7 +9,7 @@ started (it cannot be retried).
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from app.routing.types import (
     BackendSpec,
@@ -68,6 +68,11 @@ class Backend(abc.ABC):
 
     async def embed(self, call: UpstreamCall) -> EmbeddingResult:
         raise NotImplementedError(f"{self.kind} backends do not serve embeddings")
+
+    def metrics_source(self) -> Callable[[], Awaitable[str]] | None:
+        """Where this backend's load can be read (Prometheus text), if anywhere; routing
+        scores backends without one by their in-flight count alone."""
+        return None
 
     async def aclose(self) -> None:
         """Release adapter-owned resources (the shared HTTP client is not owned)."""

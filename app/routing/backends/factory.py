@@ -9,10 +9,11 @@ from app.lib.http import UpstreamHttp
 from app.routing.backends.base import Backend
 from app.routing.backends.ollama import OllamaBackend
 from app.routing.backends.openai import OpenAICompatibleBackend
+from app.routing.backends.vllm import VllmBackend
 from app.routing.errors import UnsupportedBackendTypeError
 from app.routing.types import BackendSpec
 
-BACKEND_KINDS = ("external", "ollama")
+BACKEND_KINDS = ("external", "ollama", "vllm")
 REMOVED_KINDS: Mapping[str, str] = MappingProxyType({"comfyui": "comfyui backend removed"})
 
 
@@ -34,4 +35,6 @@ def build_backend(spec: BackendSpec, http: UpstreamHttp) -> Backend:
     kind = check_kind(spec.kind)
     if kind == "ollama":
         return OllamaBackend(spec, http)
+    if kind == "vllm":
+        return VllmBackend(spec, http)
     return OpenAICompatibleBackend(spec, http)
