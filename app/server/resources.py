@@ -28,6 +28,7 @@ from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
 from app.lib.http import UpstreamHttp, build_http_client
 from app.lib.passwords import PasswordHasher
+from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
 from app.lib.state.base import StateStore
 from app.lib.state.memory import MemoryStateStore
@@ -126,7 +127,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     state_store: StateStore
     event_bus: EventBus
     if settings.redis_url:
-        redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2.0)
+        redis = build_redis(settings.redis_url)
         state_store = RedisStateStore(redis, prefix=settings.redis_prefix)
         event_bus = RedisEventBus(redis, prefix=f"{settings.redis_prefix}events:")
     else:

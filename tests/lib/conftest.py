@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
+from app.lib.redis_client import build_redis
 from app.lib.state.base import StateStore
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
@@ -40,9 +41,8 @@ class Harness:
         self._memory_bus = MemoryEventBus(max_queue=100)
 
     def redis_client(self) -> Redis:
-        # Atomicity tests open hundreds of connections at once; on a loaded machine
-        # the 5 s default read timeout is a flake, not a finding.
-        client = Redis.from_url(REDIS_URL, socket_timeout=30)
+        # The production client configuration (RESP2, bounded blocking pool).
+        client = build_redis(REDIS_URL)
         self._clients.append(client)
         return client
 

@@ -72,12 +72,16 @@ async def _send_stream(send: Send, receive: Receive, events: AsyncGenerator[byte
     clean-up then closes the upstream and meters the call as abandoned)."""
     relay = asyncio.current_task()
     left = False
+    finished = False
 
     def on_disconnect(watch: asyncio.Future[None]) -> None:
         nonlocal left
-        if not watch.cancelled() and relay is not None:
-            left = True
-            relay.cancel()
+        # After the last byte, receive() reports a disconnect too: that is no reason
+        # to cancel the clean-up that follows.
+        if finished or watch.cancelled() or relay is None:
+            return
+        left = True
+        relay.cancel()
 
     watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
     watcher.add_done_callback(on_disconnect)
@@ -85,12 +89,14 @@ async def _send_stream(send: Send, receive: Receive, events: AsyncGenerator[byte
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         async for chunk in events:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        finished = True  # everything relayed: a disconnect from here on changes nothing
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except asyncio.CancelledError:
         if not left or relay is None:
             raise  # a shutdown, not the client: let it through
         relay.uncancel()
     finally:
+        finished = True
         watcher.cancel()
         await events.aclose()
 
