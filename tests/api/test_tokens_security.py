@@ -209,7 +209,9 @@ async def test_bad_access_tokens_are_401(any_client, case):
 
 
 async def test_an_access_token_expires_on_time(make_app, pg_settings):
-    settings = replace(pg_settings, access_token_ttl_seconds=1)
+    # 3 s, not 1: on a loaded machine registering and logging in can take a second,
+    # and the first use below must fall inside the token's lifetime.
+    settings = replace(pg_settings, access_token_ttl_seconds=3)
     async with AsyncTestClient(app=make_app(settings)) as client:
         email = unique_email("short")
         await register(client, email)
