@@ -41,8 +41,11 @@ class Harness:
         self._memory_bus = MemoryEventBus(max_queue=100)
 
     def redis_client(self) -> Redis:
-        # The production client configuration (RESP2, bounded blocking pool).
-        client = build_redis(REDIS_URL)
+        # The production client configuration (RESP2, blocking pool), with a smaller
+        # pool: the atomicity tests race 300 commands over three clients, and opening
+        # ~200 sockets at once late in the suite has stalled a connection handshake
+        # past the read timeout. Commands still interleave across the three clients.
+        client = build_redis(REDIS_URL, max_connections=16)
         self._clients.append(client)
         return client
 
