@@ -7,11 +7,6 @@ from typing import Any
 import msgspec
 
 DONE = b"data: [DONE]\n\n"
-STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def data_frame(payload: Any) -> bytes:
-    return b"data: " + msgspec.json.encode(payload) + b"\n\n"
 
 
 def error_frame(body: dict[str, Any]) -> bytes:

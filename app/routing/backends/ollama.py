@@ -31,14 +31,12 @@ from app.routing.backends.ollama_translate import (
     wants_base64,
 )
 from app.routing.backends.transport import (
-    HTTP_ERRORS,
     JSON_HEADERS,
-    describe_error,
+    UpstreamChatStream,
     fetch,
     invalid_json,
     open_response,
     probe_get,
-    release_or_close,
 )
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import (
@@ -110,14 +108,13 @@ class OllamaBackend(Backend):
         return EmbeddingResult(msgspec.json.encode(out), usage)
 
 
-class OllamaChatStream(ChatStream):
+class OllamaChatStream(UpstreamChatStream):
     """Translates Ollama's NDJSON stream into OpenAI SSE chunks, one network read at a time."""
 
     def __init__(
         self, response: aiohttp.ClientResponse, *, model: str, include_usage: bool
     ) -> None:
-        self._response = response
-        self._read = response.content.readany  # whatever arrived, at once: b"" at the end
+        super().__init__(response)
         self._model = model
         self._include_usage = include_usage
         self._id = completion_id()
@@ -126,48 +123,12 @@ class OllamaChatStream(ChatStream):
         self._started = False
         self._tool_index = 0
         self._ended = False
-        self._finished = False
-        self._closed = False
 
-    def __aiter__(self) -> OllamaChatStream:
-        return self
+    def _on_chunk(self, chunk: bytes) -> bytes:
+        return self._translate(chunk)
 
-    async def __anext__(self) -> bytes:
-        while not self._finished:
-            try:
-                chunk = await self._read()
-            except Exception as exc:
-                self._finished = True
-                release_or_close(self._response)
-                if self._closed:
-                    break  # the caller closed the stream under us: end quietly
-                if isinstance(exc, HTTP_ERRORS):
-                    raise StreamInterruptedError(describe_error(exc)) from exc
-                raise
-            if not chunk:
-                self._finished = True
-                release_or_close(self._response)  # fully read: back to the pool
-                out = self._translate(b"\n", at_end=True)
-                if out:
-                    return out
-                break
-            try:
-                out = self._translate(chunk)
-            except StreamInterruptedError:
-                self._finished = True
-                release_or_close(self._response)
-                raise
-            if out:
-                return out
-        raise StopAsyncIteration
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._finished = True
-        # A partly read response closes its connection, so the upstream stops generating.
-        release_or_close(self._response)
+    def _at_end(self) -> bytes:
+        return self._translate(b"\n", at_end=True)
 
     def _translate(self, chunk: bytes, *, at_end: bool = False) -> bytes:
         data = self._tail + chunk if self._tail else chunk

@@ -17,17 +17,15 @@ import msgspec
 from app.lib.http import UpstreamHttp, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
 from app.routing.backends.transport import (
-    HTTP_ERRORS,
     JSON_HEADERS,
+    UpstreamChatStream,
     UsageFields,
-    describe_error,
     fetch,
     invalid_json,
     open_response,
     probe_get,
-    release_or_close,
 )
-from app.routing.errors import StreamInterruptedError, UpstreamError
+from app.routing.errors import UpstreamError
 from app.routing.types import (
     BackendSpec,
     Capability,
@@ -137,7 +135,7 @@ class OpenAICompatibleBackend(Backend):
         return EmbeddingResult(content=content, usage=_usage_of(content, status))
 
 
-class OpenAIChatStream(ChatStream):
+class OpenAIChatStream(UpstreamChatStream):
     """Relays an upstream SSE body; drops the usage-only chunk the client did not ask for.
 
     Bytes are passed through as received, cut only at line ends (a partial line waits
@@ -146,52 +144,19 @@ class OpenAIChatStream(ChatStream):
     """
 
     def __init__(self, response: aiohttp.ClientResponse, *, include_usage: bool) -> None:
-        self._response = response
-        self._read = response.content.readany  # whatever arrived, at once: b"" at the end
+        super().__init__(response)
         self._include_usage = include_usage
         self.count_text = True
         self._tail = b""
         self._saw_done = False
         self._ends_event = True
         self._drop_blank = False
-        self._finished = False
-        self._closed = False
 
-    def __aiter__(self) -> OpenAIChatStream:
-        return self
+    def _on_chunk(self, chunk: bytes) -> bytes:
+        return self._relay(chunk)
 
-    async def __anext__(self) -> bytes:
-        while not self._finished:
-            try:
-                chunk = await self._read()
-            except Exception as exc:
-                self._finished = True
-                release_or_close(self._response)
-                if self._closed:
-                    break  # the caller closed the stream under us: end quietly
-                if isinstance(exc, HTTP_ERRORS):
-                    raise StreamInterruptedError(describe_error(exc)) from exc
-                raise
-            if not chunk:
-                self._finished = True
-                release_or_close(self._response)  # fully read: back to the pool
-                tail = self._finish()
-                if tail:
-                    return tail
-                break
-            out = self._relay(chunk)
-            if out:
-                return out
-        raise StopAsyncIteration
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._finished = True
-        # A partly read response closes its connection instead of pooling it, so the
-        # upstream sees the disconnect and stops generating.
-        release_or_close(self._response)
+    def _at_end(self) -> bytes:
+        return self._finish()
 
     def _relay(self, chunk: bytes) -> bytes:
         data = self._tail + chunk if self._tail else chunk

@@ -7,6 +7,7 @@ more than a succeeding one.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import errno
 import socket
@@ -22,7 +23,8 @@ from app.lib.http import (
     UpstreamHttp,
     frozen_headers,
 )
-from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, UpstreamError
+from app.routing.backends.base import ChatStream
+from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, StreamInterruptedError, UpstreamError
 from app.routing.types import Usage
 
 JSON_HEADERS: Headers = frozen_headers(
@@ -200,3 +202,63 @@ async def probe_get(
 def invalid_json(status: int) -> UpstreamError:
     # A 2xx that is not JSON is a broken upstream; another backend may do better.
     return UpstreamError(f"upstream {status}: invalid JSON body", status=status, retryable=True)
+
+
+class UpstreamChatStream(ChatStream):
+    """Reads an upstream body as bytes arrive and hands each read to the subclass, which
+    translates or relays it; owns the connection's release, errors and ``aclose``."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self._read = response.content.readany  # whatever arrived, at once: b"" at the end
+        self._finished = False
+        self._closed = False
+
+    def __aiter__(self) -> UpstreamChatStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self._finished:
+            try:
+                chunk = await self._read()
+            except Exception as exc:
+                self._end()
+                if self._closed:
+                    break  # the caller closed the stream under us: end quietly
+                if isinstance(exc, HTTP_ERRORS):
+                    raise StreamInterruptedError(describe_error(exc)) from exc
+                raise
+            if not chunk:
+                self._end()  # fully read: back to the pool
+                out = self._at_end()
+                if out:
+                    return out
+                break
+            try:
+                out = self._on_chunk(chunk)
+            except StreamInterruptedError:
+                self._end()
+                raise
+            if out:
+                return out
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # A partly read response closes its connection instead of pooling it, so the
+        # upstream sees the disconnect and stops generating.
+        self._end()
+
+    def _end(self) -> None:
+        self._finished = True
+        release_or_close(self._response)
+
+    @abc.abstractmethod
+    def _on_chunk(self, chunk: bytes) -> bytes:
+        """What to send the client for this read (b"" for nothing yet)."""
+
+    @abc.abstractmethod
+    def _at_end(self) -> bytes:
+        """What to send once the upstream closed the body normally."""
