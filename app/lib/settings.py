@@ -58,6 +58,11 @@ class Settings:
     usage_flush_seconds: float = 1.0
     breaker_failure_threshold: int = 3
     breaker_open_seconds: float = 30.0
+    backend_cooldown_seconds: float = 30.0
+    vllm_backends_file: Path | None = None
+    """None: seed from ``config/vllm-backends.json`` when that file exists."""
+    failover_window_seconds: float = 30.0
+    failover_min_samples: int = 3
 
     @property
     def is_sqlite(self) -> bool:
@@ -197,5 +202,17 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         )
     if (v := get("ARONA_BREAKER_OPEN_SECONDS")) is not None:
         values["breaker_open_seconds"] = _parse_positive_float("ARONA_BREAKER_OPEN_SECONDS", v)
+    if (v := get("ARONA_BACKEND_COOLDOWN_SECONDS")) is not None:
+        values["backend_cooldown_seconds"] = _parse_positive_float(
+            "ARONA_BACKEND_COOLDOWN_SECONDS", v
+        )
+    if (v := get("ARONA_VLLM_BACKENDS_FILE")) is not None:
+        values["vllm_backends_file"] = Path(v)
+    if (v := get("ARONA_FAILOVER_WINDOW_SECONDS")) is not None:
+        values["failover_window_seconds"] = _parse_positive_float(
+            "ARONA_FAILOVER_WINDOW_SECONDS", v
+        )
+    if (v := get("ARONA_FAILOVER_MIN_SAMPLES")) is not None:
+        values["failover_min_samples"] = _parse_int("ARONA_FAILOVER_MIN_SAMPLES", v, minimum=1)
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -52,6 +52,8 @@ class BackendSpec:
     api_key: str | None = None
     models: tuple[str, ...] = ()
     """The static model list; it comes first and keeps precedence over discovery."""
+    tags: frozenset[str] = frozenset()
+    """A call that requires tags goes only to backends carrying every one of them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,4 +116,6 @@ class RouteHints:
     conversation_id: str | None = None
     affinity_scope: str = ""
     """Namespaces conversation pins (the project id), so tenants never share a pin."""
+    tags: frozenset[str] = frozenset()
+    """Required backend tags (a profile's tags): a subset of the backend's tags."""
     exclude: frozenset[str] = field(default_factory=frozenset)

@@ -1,6 +1,8 @@
 """SQLAlchemy models. Importing this package registers every table on the metadata."""
 
 from app.db.models.accounts import RefreshToken, User
+from app.db.models.conversations import Conversation, ConversationMessage, FallbackPin
+from app.db.models.profiles import ModelProfile, PlatformSetting, ProjectProfileSettings
 from app.db.models.projects import ApiKey, Project, ProjectMember, RuntimeToken
 from app.db.models.routing import BackendConfig, ModelAlias
 from app.db.models.usage import UsageRecord
@@ -8,9 +10,15 @@ from app.db.models.usage import UsageRecord
 __all__ = [
     "ApiKey",
     "BackendConfig",
+    "Conversation",
+    "ConversationMessage",
+    "FallbackPin",
     "ModelAlias",
+    "ModelProfile",
+    "PlatformSetting",
     "Project",
     "ProjectMember",
+    "ProjectProfileSettings",
     "RefreshToken",
     "RuntimeToken",
     "UsageRecord",

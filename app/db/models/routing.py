@@ -19,6 +19,8 @@ class BackendConfig(UUIDAuditBase):
     # Plain JSON (advanced-alchemy's JsonB does not load under SQLAlchemy 2.1); the list
     # is read whole, never queried into.
     models: Mapped[list[str]] = mapped_column(JSON, default=list)
+    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    """A profile's tags must all be here for the backend to serve that profile."""
 
 
 class ModelAlias(UUIDAuditBase):

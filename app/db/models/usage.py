@@ -38,6 +38,7 @@ class UsageRecord(UUIDBase):
     latency_ms: Mapped[int] = mapped_column(default=0)
     ttft_ms: Mapped[int | None] = mapped_column(default=None)
     conversation_id: Mapped[str | None] = mapped_column(String(200), default=None)
+    model_profile_id: Mapped[str | None] = mapped_column(String(64), default=None)
     created_at: Mapped[datetime.datetime] = mapped_column(
         DateTimeUTC(timezone=True), default=utcnow, index=True
     )
