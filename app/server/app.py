@@ -51,6 +51,7 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "api_key_sync": _constant(resources.api_key_sync),
         "backend_registry": _constant(resources.backend_registry),
         "alias_table": _constant(resources.alias_table),
+        "profile_table": _constant(resources.profile_table),
         "health_checker": _constant(resources.health_checker),
         "routing_sync": _constant(resources.routing_sync),
         "usage_writer": _constant(resources.usage_writer),

@@ -41,6 +41,7 @@ from app.routing.backends.base import Backend
 from app.routing.backends.factory import build_backend
 from app.routing.breaker import CircuitBreaker
 from app.routing.health import HealthChecker
+from app.routing.profiles import ProfileTable
 from app.routing.registry import BackendRegistry
 from app.routing.router import Router
 from app.routing.service import RoutingService
@@ -67,6 +68,7 @@ class Resources:
     http_client: UpstreamHttp
     backend_registry: BackendRegistry
     alias_table: AliasTable
+    profile_table: ProfileTable
     health_checker: HealthChecker
     routing_sync: RoutingConfigSync
     usage_writer: UsageWriter
@@ -175,6 +177,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         http_client=http_client,
         backend_registry=registry,
         alias_table=aliases,
+        profile_table=ProfileTable(),
         health_checker=HealthChecker(
             registry, event_bus, interval=settings.health_interval_seconds
         ),
