@@ -10,8 +10,9 @@ MAX_UPSTREAM_DETAIL_BYTES = 4096
 class ModelNotFoundError(NotFoundError):
     default_code = "model_not_found"
 
-    def __init__(self, model: str) -> None:
-        super().__init__(f"No backend available for model: {model}", param="model")
+    def __init__(self, model: str, detail: str = "") -> None:
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(f"No backend available for model: {model}{suffix}", param="model")
         self.model = model
 
 

@@ -29,6 +29,9 @@ class BackendState:
     in_flight: int = 0
     reports_usage: bool = False
     """Set once the upstream reported usage in a stream, so relays stop counting text."""
+    cooldown_until: float | None = None
+    """Monotonic time until which the router passes this backend over (see router.py).
+    Per replica for now; it moves to the shared ``StateStore`` with the breaker."""
     _models: tuple[str, ...] = ()
     _index: dict[str, str] = field(default_factory=dict)
 
@@ -82,10 +85,16 @@ class BackendRegistry:
         self._breaker_factory = breaker_factory
         self._backends: dict[str, BackendState] = {}
         self._on_added: list[Listener] = []
+        self._on_removed: list[Listener] = []
 
     def on_added(self, listener: Listener) -> None:
         """Call ``listener`` for every backend added or replaced (the prober listens)."""
         self._on_added.append(listener)
+
+    def on_removed(self, listener: Listener) -> None:
+        """Call ``listener`` with the old state of every backend removed or replaced, before
+        the replacement is announced (caches keyed by name drop what the old one left)."""
+        self._on_removed.append(listener)
 
     def upsert(self, spec: BackendSpec) -> tuple[BackendState, Backend | None]:
         """Add or replace a backend; the new state starts fail-closed (not probed yet).
@@ -95,13 +104,20 @@ class BackendRegistry:
         state = BackendState(adapter=self._factory(spec), breaker=self._breaker_factory())
         previous = self._backends.get(spec.name)
         self._backends[spec.name] = state
+        if previous is not None:
+            for removed_listener in self._on_removed:
+                removed_listener(previous)
         for listener in self._on_added:
             listener(state)
         return state, None if previous is None else previous.adapter
 
     def remove(self, name: str) -> Backend | None:
         state = self._backends.pop(name, None)
-        return None if state is None else state.adapter
+        if state is None:
+            return None
+        for listener in self._on_removed:
+            listener(state)
+        return state.adapter
 
     def get(self, name: str) -> BackendState | None:
         return self._backends.get(name)

@@ -1,11 +1,21 @@
 """Selection: which backend serves this call.
 
 The pipeline of DESIGN.md: resolve the alias, filter (provider hint, capability,
-advertises the model, healthy, breaker not open, not excluded by an earlier failed
-attempt), honour the conversation pin, then pick the lowest score with round-robin
-among ties so equal backends share load evenly. The score is the local in-flight count,
-plus ``running + 10 * waiting`` from the backend's own metrics where it publishes them
-(vLLM), or a 1,000,000 penalty when those metrics are unavailable.
+advertises the model, carries every required tag, healthy, breaker not open, not
+excluded by an earlier failed attempt, not cooling down), honour the conversation pin,
+then pick the lowest score with round-robin among ties so equal backends share load
+evenly. The score is the local in-flight count, plus ``running + 10 * waiting`` from the
+backend's own metrics where it publishes them (vLLM), or a 1,000,000 penalty when those
+metrics are unavailable.
+
+Cooldown: a call that failed retryably (transport error, 5xx, 408/429, a stream cut
+short; exactly what counts as a breaker failure) puts its backend in cooldown for
+``cooldown_seconds``. While any other usable candidate is not cooling, cooling backends
+are passed over (a conversation pinned to one moves and is re-bound). When every usable
+candidate is cooling they are all used as usual, lowest score first: the circuit breaker
+(consecutive failures) is the hard stop, and a pool of one must not answer 500 for the
+whole cooldown after a single failure. Any call the backend answered (success, or a 4xx
+that is the request's fault) clears its cooldown.
 """
 
 from __future__ import annotations
@@ -17,8 +27,10 @@ from app.routing.affinity import AffinityStore
 from app.routing.aliases import AliasTable
 from app.routing.errors import ModelNotFoundError, NoHealthyBackendError
 from app.routing.registry import BackendRegistry, BackendState
-from app.routing.types import Capability, RouteHints
+from app.routing.types import Capability, Clock, RouteHints, monotonic
 from app.routing.vllm_metrics import VllmMetricsCache, score
+
+DEFAULT_COOLDOWN_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +55,32 @@ class Router:
         affinity: AffinityStore,
         *,
         metrics: VllmMetricsCache | None = None,
+        cooldown_seconds: float = DEFAULT_COOLDOWN_SECONDS,
+        clock: Clock = monotonic,
     ) -> None:
         self._registry = registry
         self._aliases = aliases
         self._affinity = affinity
         self._metrics = metrics
+        self.cooldown_seconds = cooldown_seconds
+        self._clock = clock
         self._turn = 0
+        registry.on_removed(self._forget)
+
+    def _forget(self, state: BackendState) -> None:
+        # A replacement may point elsewhere: its load must be scraped afresh.
+        if self._metrics is not None:
+            self._metrics.forget(state.name)
+
+    def cool_down(self, state: BackendState) -> None:
+        state.cooldown_until = self._clock() + self.cooldown_seconds
+
+    def clear_cooldown(self, state: BackendState) -> None:
+        state.cooldown_until = None
+
+    def is_cooling(self, state: BackendState) -> bool:
+        until = state.cooldown_until
+        return until is not None and self._clock() < until
 
     def resolve(self, model: str) -> str:
         return self._aliases.resolve(model)
@@ -56,21 +88,36 @@ class Router:
     def alias_items(self) -> list[tuple[str, str]]:
         return self._aliases.items()
 
+    def can_serve(self, model: str, tags: frozenset[str] = frozenset()) -> bool:
+        """Whether a chat for ``model`` (alias or name) on backends carrying ``tags``
+        has a usable backend right now: what failover asks of a chain link."""
+        try:
+            self.candidates(self.resolve(model), "chat", RouteHints(tags=tags))
+        except (ModelNotFoundError, NoHealthyBackendError):
+            return False
+        return True
+
     def candidates(self, model: str, capability: Capability, hints: RouteHints) -> list[Selection]:
         """Usable backends for ``model`` (already alias-resolved).
 
-        Raises ``ModelNotFoundError`` when no backend advertises it at all and
-        ``NoHealthyBackendError`` when some do but none can take the call now.
+        Raises ``ModelNotFoundError`` when no backend advertises it (with the required
+        tags) and ``NoHealthyBackendError`` when some do but none can take the call now.
         """
         known: list[Selection] = []
+        lacks_tags = False
         for state in self._registry:
             if not state.supports(capability) or not _matches_provider(state, hints.provider):
                 continue
             served = state.served_name(model)
-            if served is not None:
-                known.append(Selection(state, served))
+            if served is None:
+                continue
+            if not hints.tags <= state.spec.tags:
+                lacks_tags = True
+                continue
+            known.append(Selection(state, served))
         if not known:
-            raise ModelNotFoundError(model)
+            detail = f"requires backend tags: {', '.join(sorted(hints.tags))}" if lacks_tags else ""
+            raise ModelNotFoundError(model, detail)
         usable = [
             s
             for s in known
@@ -80,20 +127,25 @@ class Router:
         ]
         if not usable:
             raise NoHealthyBackendError(model, _why_unusable(known, hints))
-        return usable
+        warm = [s for s in usable if not self.is_cooling(s.state)]
+        return warm or usable
 
     async def select(self, model: str, capability: Capability, hints: RouteHints) -> Selection:
         usable = self.candidates(model, capability, hints)
-        conversation = hints.conversation_id
+        pin_key = (
+            affinity_key(hints.conversation_id, model, hints.tags)
+            if hints.conversation_id
+            else None
+        )
         pinned: str | None = None
-        if conversation:
-            pinned = await self._affinity.pinned(hints.affinity_scope, conversation)
+        if pin_key:
+            pinned = await self._affinity.pinned(hints.affinity_scope, pin_key)
             for selection in usable:
                 if selection.state.name == pinned and selection.state.breaker.acquire():
                     return selection
         chosen = self._pick_lowest_score(usable, await self._scores(usable))
-        if conversation and chosen.state.name != pinned:
-            await self._affinity.bind(hints.affinity_scope, conversation, chosen.state.name)
+        if pin_key and chosen.state.name != pinned:
+            await self._affinity.bind(hints.affinity_scope, pin_key, chosen.state.name)
         return chosen
 
     async def _scores(self, usable: list[Selection]) -> list[float]:
@@ -126,6 +178,15 @@ class Router:
             # A concurrent caller took the half-open trial between filter and pick.
             remaining = [(value, s) for value, s in remaining if s is not chosen]
         raise NoHealthyBackendError(usable[0].served_model, "circuit breakers open")
+
+
+def affinity_key(conversation_id: str, model: str, tags: frozenset[str] = frozenset()) -> str:
+    """A conversation's pin is per model and tag set: when a turn moves to another
+    profile (a failover), the backend the old one was pinned to does not carry over."""
+    key = f"{conversation_id}|{model}"
+    if tags:
+        key += "|" + ",".join(sorted(tags))
+    return key
 
 
 def _by_name(selection: Selection) -> str:

@@ -1,9 +1,9 @@
 """The routing service: select, call, retry, account, relay.
 
 One entry point per capability. A call that fails before any byte reached the client
-is retried on another candidate (at most ``max_retries`` times); breaker verdicts and
-in-flight counts are recorded exactly once per attempt, including when the client
-goes away mid-stream.
+is retried on another candidate (at most ``max_retries`` times); breaker verdicts,
+cooldowns and in-flight counts are recorded exactly once per attempt, including when
+the client goes away mid-stream.
 """
 
 from __future__ import annotations
@@ -48,15 +48,17 @@ class ListedModel:
     owned_by: str
 
 
-def _settle(state: BackendState, error: BaseException | None) -> None:
-    """Record one attempt's verdict in the breaker."""
+def _settle(router: Router, state: BackendState, error: BaseException | None) -> None:
+    """Record one attempt's verdict in the breaker and the cooldown."""
     if isinstance(error, StreamInterruptedError) or (
         isinstance(error, UpstreamError) and error.retryable
     ):
         state.breaker.record_failure()
+        router.cool_down(state)
     elif error is None or isinstance(error, UpstreamError):
         # A 4xx proves the upstream is alive; the request was at fault.
         state.breaker.record_success()
+        router.clear_cooldown(state)
     else:
         state.breaker.release()  # cancelled or our own bug: no verdict on the upstream
 
@@ -155,7 +157,7 @@ class RoutingService:
                 result = await run(selection)
             except UpstreamError as exc:
                 state.in_flight -= 1
-                _settle(state, exc)
+                _settle(self.router, state, exc)
                 if not exc.retryable:
                     raise
                 last_error = exc
@@ -163,11 +165,11 @@ class RoutingService:
                 continue
             except BaseException as exc:
                 state.in_flight -= 1
-                _settle(state, exc)
+                _settle(self.router, state, exc)
                 raise
             if not keep_in_flight:
                 state.in_flight -= 1
-                _settle(state, None)
+                _settle(self.router, state, None)
             return result, attempt
         if last_error is None:
             raise NoHealthyBackendError(resolved, "retry budget spent")
@@ -305,7 +307,7 @@ class RelayedStream:
             await upstream.aclose()
         if state is not None:
             state.in_flight -= 1
-            _settle(state, error)
+            _settle(self._service.router, state, error)
 
     async def aclose(self) -> None:
         """Called when the relay ends for any reason, including a client disconnect."""

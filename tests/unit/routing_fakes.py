@@ -65,6 +65,8 @@ class Script:
 def _fail(outcome: str) -> None:
     if outcome == "fail500":
         raise UpstreamError.from_status(500, b"boom")
+    if outcome == "fail429":
+        raise UpstreamError.from_status(429, b"slow down")
     if outcome == "fail400":
         raise UpstreamError.from_status(400, b"bad request")
     if outcome == "transport":
@@ -154,7 +156,9 @@ class RoutingRig:
         self.events = MemoryEventBus()
         self.affinity = AffinityStore(self.state)
         self.metrics = VllmMetricsCache(clock=self.clock)
-        self.router = Router(self.registry, self.aliases, self.affinity, metrics=self.metrics)
+        self.router = Router(
+            self.registry, self.aliases, self.affinity, metrics=self.metrics, clock=self.clock
+        )
         self.service = RoutingService(self.registry, self.router, clock=self.clock)
 
     def _build(self, spec: BackendSpec) -> Backend:
@@ -167,9 +171,10 @@ class RoutingRig:
         *,
         healthy: bool = True,
         kind: str = "external",
+        tags: frozenset[str] = frozenset(),
     ) -> BackendState:
         state, _ = self.registry.upsert(
-            BackendSpec(name=name, kind=kind, url="http://x", models=models)
+            BackendSpec(name=name, kind=kind, url="http://x", models=models, tags=tags)
         )
         if healthy:
             state.health = Health(HealthStatus.HEALTHY, "ok", 0.0)

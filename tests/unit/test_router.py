@@ -9,6 +9,7 @@ import pytest
 
 from app.routing.errors import ModelNotFoundError, NoHealthyBackendError
 from app.routing.names import canonical
+from app.routing.router import affinity_key
 from app.routing.types import BackendSpec, Health, HealthStatus, ProbeResult, RouteHints
 from tests.unit.routing_fakes import RoutingRig
 
@@ -167,14 +168,14 @@ async def test_affinity_rebinds_when_the_backend_is_removed(rig: RoutingRig) -> 
     rig.registry.remove(first)
     second = await select(rig, conversation_id="c1", affinity_scope="p")
     assert second != first
-    assert await rig.affinity.pinned("p", "c1") == second
+    assert await rig.affinity.pinned("p", affinity_key("c1", "m")) == second
 
 
 async def test_pins_are_scoped_per_project(rig: RoutingRig) -> None:
     rig.add("a")
     rig.add("b")
-    await rig.affinity.bind("p1", "same-id", "a")
-    await rig.affinity.bind("p2", "same-id", "b")
+    await rig.affinity.bind("p1", affinity_key("same-id", "m"), "a")
+    await rig.affinity.bind("p2", affinity_key("same-id", "m"), "b")
     assert await select(rig, conversation_id="same-id", affinity_scope="p1") == "a"
     assert await select(rig, conversation_id="same-id", affinity_scope="p2") == "b"
 
@@ -183,9 +184,9 @@ async def test_pins_expire(rig: RoutingRig) -> None:
     rig.affinity.ttl = 0.05
     rig.add("a")
     await select(rig, conversation_id="c", affinity_scope="p")
-    assert await rig.affinity.pinned("p", "c") == "a"
+    assert await rig.affinity.pinned("p", affinity_key("c", "m")) == "a"
     await asyncio.sleep(0.1)
-    assert await rig.affinity.pinned("p", "c") is None
+    assert await rig.affinity.pinned("p", affinity_key("c", "m")) is None
 
 
 async def test_replacing_a_backend_starts_it_fail_closed(rig: RoutingRig) -> None:
@@ -249,3 +250,86 @@ async def test_local_in_flight_adds_to_the_published_load(rig: RoutingRig) -> No
     rig.script("b").metrics = vllm_metrics(running=3)
     a.in_flight = 5  # calls this replica sent that the last scrape did not see yet
     assert await select(rig) == "b"
+
+
+async def test_required_tags_pick_only_backends_carrying_all_of_them(rig: RoutingRig) -> None:
+    rig.add("plain")
+    rig.add("smart", tags=frozenset({"smart"}))
+    rig.add("smart-fast", tags=frozenset({"smart", "fast"}))
+    smart = {await select(rig, tags=frozenset({"smart"})) for _ in range(6)}
+    assert smart == {"smart", "smart-fast"}
+    both = {await select(rig, tags=frozenset({"smart", "fast"})) for _ in range(4)}
+    assert both == {"smart-fast"}
+    # No required tags: any backend.
+    assert {await select(rig) for _ in range(6)} == {"plain", "smart", "smart-fast"}
+
+
+async def test_tags_no_backend_carries_are_model_not_found_naming_them(rig: RoutingRig) -> None:
+    rig.add("a", tags=frozenset({"fast"}))
+    with pytest.raises(ModelNotFoundError) as info:
+        await select(rig, tags=frozenset({"smart", "gpu"}))
+    assert info.value.status_code == 404
+    assert info.value.code == "model_not_found"
+    assert info.value.message == (
+        "No backend available for model: m (requires backend tags: gpu, smart)"
+    )
+    with pytest.raises(ModelNotFoundError) as unknown:
+        await select(rig, "nope", tags=frozenset({"smart"}))
+    assert unknown.value.message == "No backend available for model: nope"
+
+
+async def test_tagged_backends_that_are_down_are_500_not_404(rig: RoutingRig) -> None:
+    rig.add("a", tags=frozenset({"smart"}), healthy=False)
+    rig.add("b")
+    with pytest.raises(NoHealthyBackendError):
+        await select(rig, tags=frozenset({"smart"}))
+
+
+async def test_removed_backend_metrics_are_forgotten(rig: RoutingRig) -> None:
+    rig.add("a", kind="vllm")
+    rig.script("a").metrics = ""
+    rig.script("a").metrics_error = ConnectionRefusedError("connection refused")
+    await select(rig)
+    assert rig.metrics.last_error("a") == "connection refused"
+    rig.registry.remove("a")
+    assert rig.metrics.last_error("a") == ""
+
+
+async def test_replaced_backend_is_scraped_afresh(rig: RoutingRig) -> None:
+    rig.add("a", kind="vllm")
+    rig.add("b", kind="vllm")
+    rig.script("a").metrics = vllm_metrics(running=1)
+    rig.script("b").metrics = vllm_metrics(running=5)
+    assert await select(rig) == "a"
+    rig.script("a").metrics = vllm_metrics(running=50)
+    rig.add("a", kind="vllm")  # the new spec may point elsewhere: the old reading is void
+    assert await select(rig) == "b"
+
+
+def test_registry_announces_removed_and_replaced_states(rig: RoutingRig) -> None:
+    removed: list[object] = []
+    rig.registry.on_removed(removed.append)
+    first = rig.add("a")
+    assert removed == []
+    rig.add("a")
+    assert removed == [first]
+    current = rig.registry.get("a")
+    rig.registry.remove("a")
+    rig.registry.remove("a")
+    assert removed == [first, current]
+
+
+async def test_a_pin_is_per_model_and_tag_set(rig: RoutingRig) -> None:
+    # A turn moved to another profile (same model, other tags) must not inherit the
+    # backend the slow profile was pinned to.
+    rig.add("a", tags=frozenset({"smart"}))
+    rig.add("b", tags=frozenset({"smart"}))
+    rig.add("c")
+    await rig.affinity.bind("p", affinity_key("c1", "m", frozenset({"smart"})), "b")
+    assert (
+        await select(rig, conversation_id="c1", affinity_scope="p", tags=frozenset({"smart"}))
+        == "b"
+    )
+    other = await select(rig, conversation_id="c1", affinity_scope="p")
+    assert await rig.affinity.pinned("p", affinity_key("c1", "m")) == other
+    assert await rig.affinity.pinned("p", affinity_key("c1", "m", frozenset({"smart"}))) == "b"

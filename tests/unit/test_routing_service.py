@@ -229,3 +229,41 @@ async def test_probe_result_for_a_replaced_backend_is_discarded(rig: RoutingRig)
     current = rig.registry.get("a")
     assert current is not None
     assert current.health.status is HealthStatus.UNKNOWN
+
+
+async def test_retries_never_return_to_a_backend_that_failed_this_request(
+    rig: RoutingRig,
+) -> None:
+    for name in ("a", "b"):
+        rig.add(name)
+        rig.script(name).default = "transport"
+    with pytest.raises(UpstreamError):
+        await rig.service.chat("m", body(), RouteHints())
+    assert [len(rig.backend(n).calls) for n in ("a", "b")] == [1, 1]
+
+
+async def test_two_retries_reach_a_third_backend(rig: RoutingRig) -> None:
+    for name in ("a", "b", "c"):
+        rig.add(name)
+    rig.script("a").default = "fail500"
+    rig.script("b").default = "transport"
+    # c is the busiest, so the order is a (first of the tie), b, then c.
+    c = rig.registry.get("c")
+    assert c is not None
+    c.in_flight = 1
+    outcome = await rig.service.chat("m", body(), RouteHints())
+    assert outcome.backend == "c"
+    assert outcome.attempts == 3
+
+
+async def test_stream_drops_before_the_first_byte_are_retried_at_most_twice(
+    rig: RoutingRig,
+) -> None:
+    for name in ("a", "b", "c", "d"):
+        rig.add(name)
+        rig.script(name).default = "drop_before_first"
+    with pytest.raises(StreamInterruptedError):
+        await drain(rig)
+    tried = [n for n in ("a", "b", "c", "d") if rig.backend(n).calls]
+    assert len(tried) == 3
+    assert all(len(rig.backend(n).calls) == 1 for n in tried)

@@ -1,0 +1,195 @@
+"""Latency failover: new requests leave a slow profile for the next one in its chain.
+
+A profile is *slow* when it has a ``slow_threshold_ms`` and its typical time to first
+token (``LatencyTracker``) is above it. The policy is global (every project, every
+conversation) and non-sticky (each request is decided afresh). A slow profile's
+requests go to the first link of its ``failover_chain`` that exists, is enabled, is not
+slow itself and is available to the caller; with none, they stay on the slow profile.
+Priority conversations are never redirected, and an admin can switch the policy off.
+
+Recovery needs no probe: while redirected, the slow profile gets no traffic except
+priority conversations, so its samples age out of the window; once fewer than
+``min_samples`` remain its typical TTFT is unknown, it counts as ok again and traffic
+returns. If it is still slow, the first new samples flip it back to redirecting.
+
+Every profile with a threshold has a status (``ok``, ``slow``: slow with nowhere to
+go, ``redirecting``: slow and sending new requests to ``target``). ``on_change`` is
+called exactly when a profile's (state, target) changes, detected whenever the policy
+looks: on ``route``, ``record``, ``refresh`` (the caller runs it periodically, so a
+profile without traffic recovers too), ``statuses`` and a toggle of ``enabled``.
+The status target is judged without any one project's view (``has_backend`` at most),
+so it does not flap between callers; ``route`` decides each request with the caller's
+own ``available``. Statuses are per replica until latency samples move to the
+shared ``StateStore``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import structlog
+
+from app.routing.latency import LatencyTracker
+from app.routing.profiles import Profile, ProfileTable
+
+FailoverState = Literal["ok", "slow", "redirecting"]
+Availability = Callable[[Profile], bool]
+
+logger = structlog.get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverDecision:
+    profile: Profile
+    """The profile to serve this request with."""
+    redirected_from: str | None = None
+    """The slow profile's id when the request was redirected."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileFailoverStatus:
+    profile_id: str
+    state: FailoverState
+    target: str | None
+    since: float
+    """Wall-clock epoch seconds of the last (state, target) change."""
+    typical_ttft_ms: float | None
+    samples: int
+
+
+ChangeListener = Callable[[ProfileFailoverStatus], None]
+
+
+@dataclass(slots=True)
+class _Mark:
+    state: FailoverState
+    target: str | None
+    since: float
+
+
+def _always(_: Profile) -> bool:
+    return True
+
+
+class FailoverPolicy:
+    def __init__(
+        self,
+        profiles: ProfileTable,
+        tracker: LatencyTracker,
+        clock_wall: Callable[[], float] = time.time,
+        on_change: ChangeListener | None = None,
+        *,
+        has_backend: Availability | None = None,
+    ) -> None:
+        self._profiles = profiles
+        self._tracker = tracker
+        self._clock_wall = clock_wall
+        self._on_change = on_change
+        self._has_backend = has_backend or _always
+        self._enabled = True
+        self._marks: dict[str, _Mark] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._enabled = value
+        self.refresh()  # redirecting <-> slow is a change the dashboard must hear about
+
+    def is_slow(self, profile: Profile) -> bool:
+        threshold = profile.slow_threshold_ms
+        if threshold is None:
+            return False
+        typical = self._tracker.typical(profile.id)
+        return typical is not None and typical > threshold
+
+    def route(
+        self, profile: Profile, *, priority: bool, available: Availability
+    ) -> FailoverDecision:
+        slow = self._observe(profile)
+        if not self._enabled or priority or not slow:
+            return FailoverDecision(profile)
+        target = self._first_link(profile, available)
+        if target is None:
+            return FailoverDecision(profile)
+        return FailoverDecision(target, redirected_from=profile.id)
+
+    def record(self, profile_id: str, ttft_ms: float) -> None:
+        """Record a TTFT under the profile that actually served the request."""
+        self._tracker.record(profile_id, ttft_ms)
+        # Not just this profile: it may be a link whose slowness moves others' targets.
+        self.refresh()
+
+    def refresh(self) -> None:
+        tracked: set[str] = set()
+        for profile in self._profiles:
+            if profile.slow_threshold_ms is not None:
+                tracked.add(profile.id)
+                self._observe(profile)
+        for profile_id in [p for p in self._marks if p not in tracked]:
+            mark = self._marks.pop(profile_id)
+            self._tracker.forget(profile_id)
+            if mark.state != "ok":
+                # Removed or no longer watched: tell listeners it stopped redirecting.
+                self._notify(
+                    ProfileFailoverStatus(profile_id, "ok", None, self._clock_wall(), None, 0)
+                )
+
+    def statuses(self) -> list[ProfileFailoverStatus]:
+        self.refresh()
+        return [self._status(profile_id, mark) for profile_id, mark in sorted(self._marks.items())]
+
+    def _observe(self, profile: Profile) -> bool:
+        """Bring ``profile``'s status up to date (notifying on change); True if slow."""
+        slow = self.is_slow(profile)
+        if profile.slow_threshold_ms is None or self._profiles.get(profile.id) is None:
+            return slow  # only the table's profiles have a status (a stale copy would flap)
+        state: FailoverState = "ok"
+        target: Profile | None = None
+        if slow:
+            target = self._first_link(profile, self._has_backend) if self._enabled else None
+            state = "redirecting" if target is not None else "slow"
+        target_id = None if target is None else target.id
+        mark = self._marks.get(profile.id)
+        if mark is None:
+            mark = self._marks[profile.id] = _Mark("ok", None, self._clock_wall())
+        if (mark.state, mark.target) != (state, target_id):
+            mark.state, mark.target, mark.since = state, target_id, self._clock_wall()
+            self._notify(self._status(profile.id, mark))
+        return slow
+
+    def _first_link(self, profile: Profile, available: Availability) -> Profile | None:
+        for link_id in profile.failover_chain:
+            link = self._profiles.get(link_id)
+            if (
+                link is not None
+                and link.id != profile.id
+                and link.enabled
+                and not self.is_slow(link)
+                and available(link)
+            ):
+                return link
+        return None
+
+    def _status(self, profile_id: str, mark: _Mark) -> ProfileFailoverStatus:
+        return ProfileFailoverStatus(
+            profile_id=profile_id,
+            state=mark.state,
+            target=mark.target,
+            since=mark.since,
+            typical_ttft_ms=self._tracker.typical(profile_id),
+            samples=self._tracker.count(profile_id),
+        )
+
+    def _notify(self, status: ProfileFailoverStatus) -> None:
+        if self._on_change is None:
+            return
+        try:
+            self._on_change(status)
+        except Exception as exc:  # a broken listener must not fail the request routing it
+            logger.warning("failover_listener_failed", profile=status.profile_id, error=str(exc))
