@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,15 +15,17 @@ from advanced_alchemy.config.asyncio import SQLAlchemyAsyncConfig
 from sqlalchemy import select
 
 from app.db.config import build_db_config
-from app.db.models import ApiKey, Project, User
-from app.domain.accounts.credential_services import ApiKeyService
-from app.domain.accounts.services import UserService, normalize_email
+from app.db.models import ApiKey, Project, RuntimeToken, User
+from app.db.models.profiles import ModelProfile
+from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
+from app.domain.accounts.services import RUNTIME_AUDIENCE, UserService, normalize_email
 from app.domain.backends.schemas import ValidRegistration
 from app.domain.backends.services import BackendConfigService
 from app.domain.projects.services import ProjectService
 from app.lib.hashing import sha256_hex
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
+from app.lib.tokens import TokenError, TokenService
 from app.lib.vault import Vault, generate_key_spec
 
 DEMO_ADMIN_EMAIL = "admin@demo.arona.local"
@@ -29,6 +34,11 @@ DEMO_CHAT_MODEL = "demo-chat"
 DEMO_EMBEDDING_MODEL = "demo-embed"
 DEMO_PROJECT_SLUG = "demo"
 DEMO_FILE = "demo.json"
+DEMO_POOL_FILE = "vllm-backends.json"
+"""Written into the data dir and seeded at start-up like any operator's file."""
+DEMO_POOL_MODEL = "demo-llama"
+RUNTIME_TOKEN_MIN_REMAINING_SECONDS = 24 * 3600
+"""A stored demo runtime token closer than this to expiry is replaced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,78 @@ class DemoCredentials:
     admin_password: str
     project_id: str
     api_key: str
+    runtime_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMember:
+    """One fake vLLM server of the demo pool and the load its ``/metrics`` reports."""
+
+    name: str
+    tags: tuple[str, ...]
+    running: float
+    waiting: float
+    kv_cache: float
+    engines: int = 1
+
+
+# Routing scores running + 10 * waiting: vllm-a (2) takes untagged traffic, and of
+# the ``smart`` pair vllm-b (15) is preferred over the busy vllm-c (37).
+DEMO_POOL = (
+    PoolMember("vllm-a", ("general",), running=2, waiting=0, kv_cache=0.31),
+    PoolMember("vllm-b", ("general", "smart"), running=5, waiting=1, kv_cache=0.64),
+    PoolMember("vllm-c", ("general", "smart"), running=7, waiting=3, kv_cache=0.93, engines=2),
+)
+
+
+def demo_profiles() -> list[ModelProfile]:
+    """``llm`` (the whole pool) and ``llm-smart`` (the ``smart`` backends only)."""
+    return [
+        ModelProfile(
+            id="llm",
+            name="Demo Llama",
+            base_model=DEMO_POOL_MODEL,
+            tags=[],
+            supports_tools=True,
+            supports_images=False,
+            context_window_tokens=32768,
+            max_output_tokens=4096,
+            enabled=True,
+            fallback_profile_id=None,
+            slow_threshold_ms=None,
+            failover_chain=[],
+        ),
+        ModelProfile(
+            id="llm-smart",
+            name="Demo Llama (smart pool)",
+            base_model=DEMO_POOL_MODEL,
+            tags=["smart"],
+            supports_tools=True,
+            supports_images=False,
+            context_window_tokens=32768,
+            max_output_tokens=4096,
+            enabled=True,
+            fallback_profile_id="llm",
+            slow_threshold_ms=2000,
+            failover_chain=["llm"],
+        ),
+    ]
+
+
+def write_demo_pool_file(path: Path, urls: Mapping[str, str]) -> None:
+    """The demo pool as a seed file; ``overwrite`` because its ports may change."""
+    backends = [
+        {
+            "name": member.name,
+            "url": urls[member.name],
+            "models": [DEMO_POOL_MODEL],
+            "tags": list(member.tags),
+            "overwrite": True,
+        }
+        for member in DEMO_POOL
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"backends": backends}, indent=2) + "\n")
 
 
 def _write_private(path: Path, data: dict[str, str]) -> None:
@@ -111,10 +193,70 @@ async def register_demo_upstream(db_config: SQLAlchemyAsyncConfig, vault: Vault,
         )
 
 
+async def ensure_demo_profiles(db_config: SQLAlchemyAsyncConfig) -> list[str]:
+    """Insert the demo model profiles that do not exist yet; returns the ids added.
+
+    Rows are written directly (not through the profiles service): an admin's later
+    edits of ``llm`` or ``llm-smart`` are kept, only missing ones are added.
+    """
+    wanted = demo_profiles()
+    async with db_config.get_session() as session:
+        existing = set(
+            await session.scalars(
+                select(ModelProfile.id).where(ModelProfile.id.in_([p.id for p in wanted]))
+            )
+        )
+        added = [profile for profile in wanted if profile.id not in existing]
+        session.add_all(added)
+        await session.commit()
+    return [profile.id for profile in added]
+
+
+async def ensure_demo_runtime_token(
+    db_config: SQLAlchemyAsyncConfig,
+    settings: Settings,
+    stored: str | None,
+    *,
+    project_id: uuid.UUID,
+    created_by: uuid.UUID,
+) -> str:
+    """The stored runtime token while it stays usable for a day, else a new one."""
+    tokens = TokenService(settings.jwt_secret)
+    async with RuntimeTokenService.new(config=db_config) as service:
+        if stored is not None and await _runtime_token_usable(service, tokens, stored, project_id):
+            return stored
+        _, issued = await service.issue(
+            tokens=tokens,
+            project_id=project_id,
+            name="demo",
+            ttl_seconds=settings.runtime_token_ttl_seconds,
+            created_by=created_by,
+        )
+    save_demo_value(settings.data_dir, "runtime_token", issued.token)
+    return issued.token
+
+
+async def _runtime_token_usable(
+    service: RuntimeTokenService, tokens: TokenService, token: str, project_id: uuid.UUID
+) -> bool:
+    try:
+        claims = tokens.verify(token, RUNTIME_AUDIENCE)
+        token_id = uuid.UUID(claims["jti"])
+    except (TokenError, ValueError):
+        return False  # another JWT secret, say
+    if float(claims["exp"]) < time.time() + RUNTIME_TOKEN_MIN_REMAINING_SECONDS:
+        return False
+    row = await service.get_one_or_none(
+        RuntimeToken.id == token_id, RuntimeToken.project_id == project_id
+    )
+    return row is not None and row.revoked_at is None
+
+
 async def ensure_demo(
     settings: Settings, hasher: PasswordHasher, *, upstream_url: str | None = None
 ) -> DemoCredentials:
-    """Idempotently create the demo admin, project, API key and demo upstream backend."""
+    """Idempotently create the demo admin, project, API key, runtime token, model
+    profiles and demo upstream backend (the vLLM pool is seeded at start-up)."""
     db_config = build_db_config(settings)
     stored = load_demo_secrets(settings.data_dir)
     try:
@@ -150,11 +292,20 @@ async def ensure_demo(
                     project_id=project.id, name="demo", created_by=admin.id
                 )
                 save_demo_value(settings.data_dir, "api_key", api_key)
+        runtime_token = await ensure_demo_runtime_token(
+            db_config,
+            settings,
+            stored.get("runtime_token"),
+            project_id=project.id,
+            created_by=admin.id,
+        )
+        await ensure_demo_profiles(db_config)
         return DemoCredentials(
             admin_email=DEMO_ADMIN_EMAIL,
             admin_password=stored["admin_password"],
             project_id=str(project.id),
             api_key=api_key,
+            runtime_token=runtime_token,
         )
     finally:
         await db_config.get_engine().dispose()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import socket
 import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -16,7 +18,7 @@ from app.lib.settings import Settings, SettingsError, load_settings
 if TYPE_CHECKING:
     import uvicorn
 
-    from app.fakes.openai_upstream import FakeOpenAI
+    from app.fakes.common import FakeUpstream
 
 
 def _settings(**overrides: object) -> Settings:
@@ -46,6 +48,19 @@ def _check_ready_to_serve(settings: Settings) -> None:
     try:
         asyncio.run(check())
     except DatabaseNotMigratedError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _check_seed_file(settings: Settings) -> None:
+    """A broken vLLM backends file stops start-up here, with a plain message (the
+    server's start-up would refuse it too, in the middle of its log)."""
+    from app.domain.backends.seeding import SeedingError, load_seed_file, seed_file
+
+    try:
+        path = seed_file(settings)
+        if path is not None:
+            load_seed_file(path)
+    except SeedingError as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -82,6 +97,7 @@ def _tune_gc() -> None:
 
 def _serve(settings: Settings) -> None:
     _check_ready_to_serve(settings)
+    _check_seed_file(settings)
     import uvicorn
 
     server = uvicorn.Server(_uvicorn_config(settings))
@@ -89,20 +105,30 @@ def _serve(settings: Settings) -> None:
     server.run()
 
 
-def _serve_with_demo_upstream(settings: Settings, upstream: FakeOpenAI, upstream_port: int) -> None:
-    """Serve Arona and the bundled fake upstream in one process and one event loop."""
+def _serve_with_fakes(settings: Settings, fakes: list[tuple[FakeUpstream, int]]) -> None:
+    """Serve Arona and the bundled fake upstreams in one process and one event loop."""
     _check_ready_to_serve(settings)
+    _check_seed_file(settings)
     import uvicorn
 
     from app.fakes.serve import serve_asgi
 
     async def run() -> None:
-        async with serve_asgi(upstream, host=settings.host, port=upstream_port):
+        async with contextlib.AsyncExitStack() as stack:
+            for fake, port in fakes:
+                await stack.enter_async_context(serve_asgi(fake, host=settings.host, port=port))
             server = uvicorn.Server(_uvicorn_config(settings))
             _tune_gc()
             await server.serve()
 
     asyncio.run(run())
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 @click.group()
@@ -181,18 +207,31 @@ def create_admin_command(email: str, name: str, password_stdin: bool) -> None:
     default=None,
     help="Port of the bundled fake upstream (default: the port after Arona's).",
 )
-def demo(port: int | None, upstream_port: int | None) -> None:
-    """First run: embedded SQLite + in-memory state, a demo admin, project and API key,
-    and a bundled fake OpenAI-compatible upstream registered as a backend."""
+@click.option(
+    "--pool-port",
+    type=int,
+    default=None,
+    help="First of the three ports of the fake vLLM pool (default: Arona's port + 2; "
+    "0 picks free ports).",
+)
+def demo(port: int | None, upstream_port: int | None, pool_port: int | None) -> None:
+    """First run: embedded SQLite + in-memory state, a demo admin, project, API key and
+    runtime token, a bundled fake OpenAI-compatible upstream registered as a backend,
+    and a pool of three fake vLLM servers seeded from a vLLM backends file."""
     from app.bootstrap import (
         DEMO_BACKEND,
         DEMO_CHAT_MODEL,
         DEMO_EMBEDDING_MODEL,
+        DEMO_POOL,
+        DEMO_POOL_FILE,
+        DEMO_POOL_MODEL,
         ensure_demo,
         load_demo_secrets,
+        write_demo_pool_file,
     )
     from app.db.migrate import upgrade
     from app.fakes.openai_upstream import FakeOpenAI
+    from app.fakes.vllm_upstream import FakeVllm
     from app.lib.passwords import PasswordHasher
     from app.lib.settings import parse_vault_keys
 
@@ -210,10 +249,21 @@ def demo(port: int | None, upstream_port: int | None) -> None:
         vault_keys=base.vault_keys or parse_vault_keys(stored["vault_keys"]),
         host=base.host,
         port=port if port is not None else base.port,
+        # The demo pool goes through the operator's path: a seed file read at start-up.
+        vllm_backends_file=data_dir / DEMO_POOL_FILE,
     )
     upgrade(settings)
     upstream_port = upstream_port if upstream_port is not None else settings.port + 1
     upstream_url = f"http://{settings.host}:{upstream_port}"
+    first_pool_port = pool_port if pool_port is not None else settings.port + 2
+    if not 0 <= first_pool_port <= 65536 - len(DEMO_POOL):
+        raise click.ClickException(f"--pool-port {first_pool_port} leaves no room for the pool")
+    pool_ports = {
+        member.name: _free_port(settings.host) if first_pool_port == 0 else first_pool_port + n
+        for n, member in enumerate(DEMO_POOL)
+    }
+    pool_urls = {name: f"http://{settings.host}:{p}" for name, p in pool_ports.items()}
+    write_demo_pool_file(data_dir / DEMO_POOL_FILE, pool_urls)
     hasher = PasswordHasher()
     try:
         creds = asyncio.run(ensure_demo(settings, hasher, upstream_url=upstream_url))
@@ -221,6 +271,10 @@ def demo(port: int | None, upstream_port: int | None) -> None:
         hasher.close()
     url = f"http://{settings.host}:{settings.port}"
     auth = f"-H 'Authorization: Bearer {creds.api_key}'"
+    pool_lines = [
+        f"    {member.name:<8} {pool_urls[member.name]}  tags {', '.join(member.tags)}"
+        for member in DEMO_POOL
+    ]
     click.echo(
         "\n".join(
             [
@@ -231,20 +285,36 @@ def demo(port: int | None, upstream_port: int | None) -> None:
                 f"  admin login    {creds.admin_email} / {creds.admin_password}",
                 f"  demo project   {creds.project_id}",
                 f"  demo API key   {creds.api_key}",
+                f"  runtime token  {creds.runtime_token}",
                 f"  demo upstream  {upstream_url}  (backend {DEMO_BACKEND}: "
                 f"models {DEMO_CHAT_MODEL}, {DEMO_EMBEDDING_MODEL})",
+                f"  vLLM pool      model {DEMO_POOL_MODEL}, seeded from "
+                f"{data_dir / DEMO_POOL_FILE}; profiles llm, llm-smart (tag smart)",
+                *pool_lines,
                 "",
                 f"  try: curl {auth} -H 'Content-Type: application/json' "
                 f"{url}/v1/chat/completions "
                 f'-d \'{{"model":"{DEMO_CHAT_MODEL}","messages":'
                 f'[{{"role":"user","content":"Hello"}}]}}\'',
                 f"       OPENAI_BASE_URL={url}/v1 OPENAI_API_KEY={creds.api_key} python ...",
+                f"       curl -H 'Authorization: Bearer {creds.runtime_token}' "
+                f"{url}/api/runtime/me",
                 "",
             ]
         )
     )
-    upstream = FakeOpenAI(DEMO_BACKEND, models=(DEMO_CHAT_MODEL, DEMO_EMBEDDING_MODEL), chunks=8)
-    _serve_with_demo_upstream(settings, upstream, upstream_port)
+    fakes: list[tuple[FakeUpstream, int]] = [
+        (
+            FakeOpenAI(DEMO_BACKEND, models=(DEMO_CHAT_MODEL, DEMO_EMBEDDING_MODEL), chunks=8),
+            upstream_port,
+        )
+    ]
+    for member in DEMO_POOL:
+        fake = FakeVllm(member.name, models=(DEMO_POOL_MODEL,), chunks=8)
+        fake.running, fake.waiting = member.running, member.waiting
+        fake.kv_cache, fake.engines = member.kv_cache, member.engines
+        fakes.append((fake, pool_ports[member.name]))
+    _serve_with_fakes(settings, fakes)
 
 
 @main.command()

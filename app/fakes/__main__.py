@@ -1,8 +1,10 @@
 """Run one fake upstream in the foreground (for ``arona demo`` and the benchmark).
 
-``python -m app.fakes --kind openai|ollama --port N [--name X] [--models a,b]
-[--chunks N] [--api-key K] [--prefix /api/paas/v4]`` prints the base URL once it
-listens and runs until SIGINT/SIGTERM. Steer it with ``POST /__fake/control``.
+``python -m app.fakes --kind openai|vllm|ollama --port N [--name X] [--models a,b]
+[--chunks N] [--api-key K] [--prefix /api/paas/v4] [--running R --waiting W
+--kv-cache C]`` prints the base URL once it listens and runs until SIGINT/SIGTERM.
+Steer it with ``POST /__fake/control``; ``--running``, ``--waiting`` and
+``--kv-cache`` set the load a ``vllm`` fake reports at ``/metrics``.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from app.fakes.common import FakeUpstream
 from app.fakes.ollama_upstream import FakeOllama
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
+from app.fakes.vllm_upstream import FakeVllm
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m app.fakes", description=__doc__)
-    parser.add_argument("--kind", choices=("openai", "ollama"), default="openai")
+    parser.add_argument("--kind", choices=("openai", "vllm", "ollama"), default="openai")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--name", default=None, help="appears in replies")
@@ -29,6 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunks", type=int, default=5, help="content frames per stream")
     parser.add_argument("--api-key", default=None, help="require this Bearer key (openai)")
     parser.add_argument("--prefix", default="", help="path-style prefix (openai)")
+    parser.add_argument("--running", type=float, default=0.0, help="running requests (vllm)")
+    parser.add_argument("--waiting", type=float, default=0.0, help="waiting requests (vllm)")
+    parser.add_argument("--kv-cache", type=float, default=0.0, help="KV cache use, 0-1 (vllm)")
     return parser.parse_args(argv)
 
 
@@ -38,6 +44,15 @@ def build_fake(args: argparse.Namespace) -> FakeUpstream:
         if models is None:
             return FakeOllama(args.name or "fake-ollama", chunks=args.chunks)
         return FakeOllama(args.name or "fake-ollama", models=models, chunks=args.chunks)
+    if args.kind == "vllm":
+        vllm_name = args.name or "fake-vllm"
+        vllm = (
+            FakeVllm(vllm_name, chunks=args.chunks)
+            if models is None
+            else FakeVllm(vllm_name, models=models, chunks=args.chunks)
+        )
+        vllm.running, vllm.waiting, vllm.kv_cache = args.running, args.waiting, args.kv_cache
+        return vllm
     name = args.name or "fake-openai"
     if models is None:
         return FakeOpenAI(name, prefix=args.prefix, api_key=args.api_key, chunks=args.chunks)

@@ -14,9 +14,22 @@ from app.domain.accounts.controllers import AuthController
 from app.domain.accounts.deps import accounts_dependencies
 from app.domain.backends.controllers import AliasAdminController, BackendAdminController
 from app.domain.backends.deps import backends_dependencies
+from app.domain.backends.failover import FailoverAdminController
+from app.domain.conversations.controllers import (
+    PinAdminController,
+    ProjectConversationController,
+    RuntimeConversationController,
+)
+from app.domain.conversations.deps import conversations_dependencies
 from app.domain.gateway.asgi import gateway_asgi_handlers
 from app.domain.gateway.controllers import GatewayController
 from app.domain.gateway.deps import gateway_dependencies
+from app.domain.profiles.controllers import (
+    ModelProfileAdminController,
+    ProjectModelsController,
+    RuntimeCatalogController,
+)
+from app.domain.profiles.deps import profiles_dependencies
 from app.domain.projects.controllers import ProjectController
 from app.domain.projects.credential_controllers import ApiKeyController, RuntimeTokenController
 from app.domain.projects.deps import projects_dependencies
@@ -52,9 +65,13 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "backend_registry": _constant(resources.backend_registry),
         "alias_table": _constant(resources.alias_table),
         "profile_table": _constant(resources.profile_table),
+        "profile_catalog": _constant(resources.profile_catalog),
+        "profile_sync": _constant(resources.profile_sync),
         "health_checker": _constant(resources.health_checker),
         "routing_sync": _constant(resources.routing_sync),
         "usage_writer": _constant(resources.usage_writer),
+        "failover_control": _constant(resources.failover_control),
+        "runtime_chat": _constant(resources.runtime_chat),
     }
 
 
@@ -85,8 +102,15 @@ def create_app(
             ApiKeyController,
             RuntimeTokenController,
             RuntimeController,
+            RuntimeCatalogController,
+            ModelProfileAdminController,
+            ProjectModelsController,
             BackendAdminController,
             AliasAdminController,
+            FailoverAdminController,
+            PinAdminController,
+            RuntimeConversationController,
+            ProjectConversationController,
             GatewayController,
             *_gateway_routes(resources),
         ],
@@ -95,6 +119,8 @@ def create_app(
             **accounts_dependencies(),
             **projects_dependencies(),
             **backends_dependencies(),
+            **conversations_dependencies(),
+            **profiles_dependencies(),
             **gateway_dependencies(resources.authenticator, resources.gateway),
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],

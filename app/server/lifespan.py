@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -13,6 +13,8 @@ from litestar import Litestar
 
 from app.db.migrate import ensure_migrated
 from app.domain.accounts.credential_services import RuntimeTokenService
+from app.domain.backends.failover import FailoverControl
+from app.domain.backends.seeding import seed_vllm_backends
 from app.lib.tasks import every, supervise
 from app.server.resources import Resources
 
@@ -22,6 +24,9 @@ KEY_SYNC_READY_SECONDS = 10.0
 # A safety net under the routing.config events (a lost event, a replica that was
 # unsubscribed for a moment); unchanged backends keep their adapters and health.
 ROUTING_RELOAD_SECONDS = 60.0
+# The same safety net under the profiles.config events.
+PROFILE_RELOAD_SECONDS = 60.0
+FAILOVER_REFRESH_SECONDS = 1.0
 
 
 async def _restore_revocations(resources: Resources) -> None:
@@ -38,6 +43,13 @@ async def _flush_last_used(resources: Resources) -> None:
         logger.warning("could not record API key use", error=repr(exc))
 
 
+def _refresh_failover(control: FailoverControl) -> Callable[[], Awaitable[None]]:
+    async def refresh() -> None:
+        control.policy.refresh()
+
+    return refresh
+
+
 def build_lifespan(
     resources: Resources,
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
@@ -46,10 +58,18 @@ def build_lifespan(
         await ensure_migrated(resources.db_config.get_engine())
         await _restore_revocations(resources)
         settings = resources.settings
+        # config/vllm-backends.json (or ARONA_VLLM_BACKENDS_FILE) into the database,
+        # before the load below picks the rows up; a bad file stops start-up.
+        seeded = await seed_vllm_backends(settings, resources.db_config, resources.vault)
         # Watch before loading, so every restored backend is probed at once; until
         # its first probe it is not routed to (fail-closed).
         resources.health_checker.watch()
         await resources.routing_sync.load_all()
+        await resources.routing_sync.announce_backends(seeded.changed)
+        # Model profiles into the routing table before serving (the catalog reads
+        # each project's settings on its first request).
+        await resources.profile_sync.load_all()
+        await resources.failover_control.load()
         # The sync task subscribes first and then loads the key index, so no change
         # made on another replica falls between the load and the subscription.
         keys_ready = asyncio.Event()
@@ -79,7 +99,26 @@ def build_lifespan(
                     lambda: every(ROUTING_RELOAD_SECONDS, resources.routing_sync.load_all),
                 )
             ),
+            # Subscribes, then reloads (and drops cached project settings).
+            asyncio.create_task(supervise("profile-sync", resources.profile_sync.run)),
+            asyncio.create_task(
+                supervise(
+                    "profile-reload",
+                    lambda: every(PROFILE_RELOAD_SECONDS, resources.profile_sync.load_all),
+                )
+            ),
             asyncio.create_task(supervise("health-checker", resources.health_checker.run)),
+            asyncio.create_task(supervise("failover-switch", resources.failover_control.run)),
+            # Samples age out with time, not with requests: a profile nobody is sent
+            # to must still be seen recovering.
+            asyncio.create_task(
+                supervise(
+                    "failover-refresh",
+                    lambda: every(
+                        FAILOVER_REFRESH_SECONDS, _refresh_failover(resources.failover_control)
+                    ),
+                )
+            ),
             asyncio.create_task(supervise("usage-writer", resources.usage_writer.run)),
         ]
         try:
@@ -102,6 +141,7 @@ def build_lifespan(
             # Before the engine is disposed below: nothing metered is lost on a
             # graceful stop.
             await resources.usage_writer.close()
+            await resources.failover_control.close()
             await _flush_last_used(resources)
             await resources.routing_sync.close()
             await resources.http_client.aclose()

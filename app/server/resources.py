@@ -20,9 +20,14 @@ from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, Ke
 from app.domain.accounts.last_used import LastUsedRecorder
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
+from app.domain.backends.failover import FailoverControl
 from app.domain.backends.sync import RoutingConfigSync
 from app.domain.gateway.services import GatewayService
+from app.domain.profiles.catalog import ProfileCatalog
+from app.domain.profiles.sync import ProfileSync, build_profile_sync
 from app.domain.quotas.usage import UsageWriter
+from app.domain.runtime.chat import RuntimeChatService
+from app.domain.runtime.conversation_store import ConversationStore
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
@@ -40,8 +45,10 @@ from app.routing.aliases import AliasTable
 from app.routing.backends.base import Backend
 from app.routing.backends.factory import build_backend
 from app.routing.breaker import CircuitBreaker
+from app.routing.failover import FailoverPolicy, ProfileFailoverStatus
 from app.routing.health import HealthChecker
-from app.routing.profiles import ProfileTable
+from app.routing.latency import LatencyTracker
+from app.routing.profiles import Profile, ProfileTable
 from app.routing.registry import BackendRegistry
 from app.routing.router import Router
 from app.routing.service import RoutingService
@@ -69,11 +76,16 @@ class Resources:
     backend_registry: BackendRegistry
     alias_table: AliasTable
     profile_table: ProfileTable
+    profile_catalog: ProfileCatalog
+    """The runtime catalog and resolver (``resolve``, ``is_enabled_for``)."""
+    profile_sync: ProfileSync
     health_checker: HealthChecker
     routing_sync: RoutingConfigSync
     usage_writer: UsageWriter
     routing: RoutingService
     gateway: GatewayService
+    failover_control: FailoverControl
+    runtime_chat: RuntimeChatService
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
     owns_password_hasher: bool = True
 
@@ -150,9 +162,34 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)
     )
     aliases = AliasTable()
-    router = Router(registry, aliases, AffinityStore(state_store), metrics=VllmMetricsCache())
+    router = Router(
+        registry,
+        aliases,
+        AffinityStore(state_store),
+        metrics=VllmMetricsCache(),
+        cooldown_seconds=settings.backend_cooldown_seconds,
+    )
     routing = RoutingService(registry, router)
     usage_writer = UsageWriter(db_config.get_engine(), flush_interval=settings.usage_flush_seconds)
+    profiles = ProfileTable()
+    profile_sync = build_profile_sync(profiles, event_bus, db_config)
+
+    def on_failover_change(status: ProfileFailoverStatus) -> None:
+        failover_control.status_changed(status)
+
+    def link_has_backend(profile: Profile) -> bool:
+        return router.can_serve(profile.base_model, profile.tags)
+
+    failover_policy = FailoverPolicy(
+        profiles,
+        LatencyTracker(
+            window_seconds=settings.failover_window_seconds,
+            min_samples=settings.failover_min_samples,
+        ),
+        on_change=on_failover_change,
+        has_backend=link_has_backend,
+    )
+    failover_control = FailoverControl(policy=failover_policy, bus=event_bus, db_config=db_config)
     return Resources(
         settings=settings,
         db_config=db_config,
@@ -177,7 +214,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         http_client=http_client,
         backend_registry=registry,
         alias_table=aliases,
-        profile_table=ProfileTable(),
+        profile_table=profiles,
+        profile_catalog=profile_sync.catalog,
+        profile_sync=profile_sync,
         health_checker=HealthChecker(
             registry, event_bus, interval=settings.health_interval_seconds
         ),
@@ -187,4 +226,13 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         usage_writer=usage_writer,
         routing=routing,
         gateway=GatewayService(routing, usage_writer),
+        failover_control=failover_control,
+        runtime_chat=RuntimeChatService(
+            routing=routing,
+            profiles=profiles,
+            catalog=profile_sync.catalog,
+            failover=failover_policy,
+            conversations=ConversationStore(db_config),
+            usage=usage_writer,
+        ),
     )

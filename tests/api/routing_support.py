@@ -33,6 +33,7 @@ BACKEND_FIELDS = {
     "url",
     "has_api_key",
     "models",
+    "tags",
     "advertised_models",
     "health",
     "breaker",

@@ -78,6 +78,7 @@ async def test_register_an_external_backend_and_watch_it_turn_healthy(
     assert body["url"] == url
     assert body["has_api_key"] is True
     assert body["models"] == ["my-static-model"]
+    assert body["tags"] == []
     assert body["breaker"] == {"state": "closed", "consecutive_failures": 0}
     assert body["in_flight"] == 0
     assert ISO_UTC.match(body["created_at"])
@@ -233,6 +234,90 @@ async def test_ollama_backends_ignore_api_key_and_models(admin_client: Client) -
     assert (stored_key, stored_models) == (None, [])
 
 
+# ---------------------------------------------------------------- tags
+
+
+async def test_tags_are_trimmed_deduplicated_stored_and_given_to_routing(
+    admin_client: Client, upstream: Upstream
+) -> None:
+    _, url = upstream
+    name = unique_name("tags")
+    response = await register_backend(
+        admin_client,
+        name=name,
+        type="vllm",
+        url=url,
+        api_key=UPSTREAM_KEY,
+        tags=[" general ", "smart", "general", "GPU-a100", "smart "],
+    )
+    assert response.status_code == 201, response.text
+    # Trimmed, first occurrence kept, order kept, case kept.
+    assert response.json()["tags"] == ["general", "smart", "GPU-a100"]
+    assert (await backend(admin_client, name)).json()["tags"] == ["general", "smart", "GPU-a100"]
+    listed = (await admin_client.get("/api/admin/backends?limit=500", headers=ADMIN)).json()
+    [item] = [i for i in listed["items"] if i["name"] == name]
+    assert item["tags"] == ["general", "smart", "GPU-a100"]
+    settings = resources_of(admin_client).settings
+    [(stored,)] = await execute(
+        settings, select(BackendConfig.tags).where(BackendConfig.name == name)
+    )
+    assert stored == ["general", "smart", "GPU-a100"]
+    state = resources_of(admin_client).backend_registry.get(name)
+    assert state is not None
+    assert state.spec.tags == frozenset({"general", "smart", "GPU-a100"})
+
+
+async def test_a_change_of_tags_alone_reaches_the_registry(
+    admin_client: Client, upstream: Upstream
+) -> None:
+    _, url = upstream
+    name = unique_name("retag")
+    body: dict[str, Any] = {
+        "name": name,
+        "type": "external",
+        "url": url,
+        "api_key": UPSTREAM_KEY,
+        "models": ["m"],
+    }
+    assert (await register_backend(admin_client, **body, tags=["general"])).status_code == 201
+    await wait_healthy(admin_client, name)
+    registry = resources_of(admin_client).backend_registry
+
+    def tags_in_registry() -> frozenset[str]:
+        state = registry.get(name)
+        assert state is not None
+        return state.spec.tags
+
+    assert tags_in_registry() == frozenset({"general"})
+
+    retagged = await register_backend(admin_client, **body, tags=["general", "smart"])
+    assert retagged.status_code == 201, retagged.text
+    assert retagged.json()["tags"] == ["general", "smart"]
+    assert tags_in_registry() == frozenset({"general", "smart"})
+    await wait_healthy(admin_client, name)
+
+    # Omitting tags clears them, like every other field of a re-registration.
+    cleared = await register_backend(admin_client, **body)
+    assert cleared.json()["tags"] == []
+    assert tags_in_registry() == frozenset()
+
+
+async def test_the_largest_tag_lists_are_accepted_and_ollama_keeps_its_tags(
+    admin_client: Client,
+) -> None:
+    tags = [f"{n:02d}" + "t" * 62 for n in range(32)]
+    response = await register_backend(
+        admin_client, name=unique_name(), type="external", url="http://127.0.0.1:1", tags=tags
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["tags"] == tags
+    ollama = await register_backend(
+        admin_client, name=unique_name(), type="ollama", url="http://127.0.0.1:1", tags=["cpu"]
+    )
+    assert ollama.status_code == 201, ollama.text
+    assert ollama.json()["tags"] == ["cpu"]
+
+
 # ---------------------------------------------------------------- validation
 
 
@@ -271,6 +356,13 @@ BAD_BODIES: list[tuple[dict[str, Any], str]] = [
     ({"models": ["m" * 201]}, "models[0]"),
     ({"models": [f"m{n}" for n in range(1001)]}, "models"),
     ({"models": "gpt-4o"}, "models"),
+    ({"tags": [""]}, "tags[0]"),
+    ({"tags": ["ok", "   "]}, "tags[1]"),
+    ({"tags": ["t" * 65]}, "tags[0]"),
+    ({"tags": [f"t{n}" for n in range(33)]}, "tags"),
+    ({"tags": "general"}, "tags"),
+    ({"tags": ["general", 7]}, "tags[1]"),
+    ({"tags": None}, "tags"),
     ({"unexpected": True}, "unexpected"),
 ]
 

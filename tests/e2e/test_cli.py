@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import httpx
 import openai
@@ -49,12 +53,25 @@ def _run(
     )
 
 
-@pytest.fixture
-def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str, subprocess.Popen[str]]]:
+class Demo(NamedTuple):
+    base: str
+    api_key: str
+    project_id: str
+    runtime_token: str
+    output: str
+    process: subprocess.Popen[str]
+
+
+POOL = {"vllm-a": ["general"], "vllm-b": ["general", "smart"], "vllm-c": ["general", "smart"]}
+
+
+@contextlib.contextmanager
+def _demo(tmp_path: Path) -> Iterator[Demo]:
+    """``arona demo`` on free ports (its fake vLLM pool too), until the block exits."""
     port = _free_port()
     env = _env(tmp_path, ARONA_PORT=str(port))
     process = subprocess.Popen(
-        [ARONA, "demo", "--upstream-port", str(_free_port())],
+        [ARONA, "demo", "--upstream-port", str(_free_port()), "--pool-port", "0"],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -71,20 +88,22 @@ def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str, subprocess.Pope
             if not line:
                 break
             output.append(line)
-            if "demo API key" in line:
+            if "/api/runtime/me" in line:  # the banner's last line
                 break
         text = "".join(output)
         key = re.search(r"demo API key\s+(ak-\S+)", text)
         project = re.search(r"demo project\s+(\S+)", text)
+        runtime = re.search(r"runtime token\s+(\S+)", text)
         assert key, text
         assert project, text
+        assert runtime, text
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        yield base, key.group(1), project.group(1), process
+        yield Demo(base, key.group(1), project.group(1), runtime.group(1), text, process)
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -93,8 +112,30 @@ def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str, subprocess.Pope
             process.kill()
 
 
+@pytest.fixture
+def demo_server(tmp_path: Path) -> Iterator[Demo]:
+    with _demo(tmp_path) as demo:
+        yield demo
+
+
+def _admin_headers(base: str, tmp_path: Path) -> dict[str, str]:
+    stored = json.loads((tmp_path / "data" / "demo.json").read_text())
+    response = httpx.post(
+        f"{base}/api/auth/login",
+        json={"email": "admin@demo.arona.local", "password": stored["admin_password"]},
+    )
+    assert response.status_code == 200, response.text
+    return {"Authorization": f"Bearer {response.json()['accessToken']}"}
+
+
+def _pool_backends(base: str, headers: dict[str, str]) -> dict[str, dict[str, Any]]:
+    response = httpx.get(f"{base}/api/admin/backends?limit=500", headers=headers)
+    assert response.status_code == 200, response.text
+    return {i["name"]: i for i in response.json()["items"] if i["name"] in POOL}
+
+
 def test_demo_serves_and_the_printed_key_reaches_an_authenticated_endpoint(demo_server, tmp_path):
-    base, key, project_id, _ = demo_server
+    base, key, project_id, *_ = demo_server
     response = httpx.get(
         f"{base}/api/projects/{project_id}", headers={"Authorization": f"Bearer {key}"}
     )
@@ -112,7 +153,7 @@ def test_demo_serves_and_the_printed_key_reaches_an_authenticated_endpoint(demo_
 
 
 def test_demo_chat_works_out_of_the_box_with_the_openai_sdk(demo_server):
-    base, key, _, _ = demo_server
+    base, key, *_ = demo_server
     client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
     # The bundled upstream is registered fail-closed and probed at start-up.
     deadline = time.monotonic() + 10
@@ -146,6 +187,89 @@ def test_demo_admin_can_log_in(demo_server, tmp_path):
         f"{base}/api/auth/me", headers={"Authorization": f"Bearer {response.json()['accessToken']}"}
     )
     assert me.json()["isAdmin"] is True
+
+
+def test_demo_runs_a_seeded_vllm_pool_with_tags_that_turns_healthy(demo_server, tmp_path):
+    base, *_ = demo_server
+    headers = _admin_headers(base, tmp_path)
+    # Seeded through the operator's path: a vLLM backends file in the data dir.
+    seeded = json.loads((tmp_path / "data" / "vllm-backends.json").read_text())
+    urls = {entry["name"]: entry["url"] for entry in seeded["backends"]}
+    assert set(urls) == set(POOL)
+    for name, url in urls.items():
+        assert f"{name:<8} {url}  tags {', '.join(POOL[name])}" in demo_server.output
+
+    deadline = time.monotonic() + 15
+    while True:
+        pool = _pool_backends(base, headers)
+        if len(pool) == 3 and all(b["health"]["status"] == "healthy" for b in pool.values()):
+            break
+        assert time.monotonic() < deadline, pool
+        time.sleep(0.2)
+    for name, shown in pool.items():
+        assert shown["type"] == "vllm"
+        assert shown["tags"] == POOL[name]
+        assert shown["url"] == urls[name]
+        assert shown["models"] == ["demo-llama"]
+        assert shown["advertised_models"] == ["demo-llama"]
+    # The two model profiles over the pool, inserted once.
+    with contextlib.closing(sqlite3.connect(tmp_path / "data" / "arona.db")) as db:
+        profiles = db.execute(
+            "SELECT id, base_model, tags, fallback_profile_id, failover_chain "
+            "FROM model_profiles ORDER BY id"
+        ).fetchall()
+    assert [(p[0], p[1], json.loads(p[2]), p[3], json.loads(p[4])) for p in profiles] == [
+        ("llm", "demo-llama", [], None, []),
+        ("llm-smart", "demo-llama", ["smart"], "llm", ["llm"]),
+    ]
+
+
+def test_the_printed_runtime_token_authenticates_the_runtime_api(demo_server):
+    base, _, project_id, runtime_token, *_ = demo_server
+    response = httpx.get(
+        f"{base}/api/runtime/me", headers={"Authorization": f"Bearer {runtime_token}"}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["projectId"] == project_id
+
+
+def test_a_restarted_demo_keeps_its_credentials_and_pool(tmp_path):
+    with _demo(tmp_path) as first:
+        headers = _admin_headers(first.base, tmp_path)
+        created = {n: b["created_at"] for n, b in _pool_backends(first.base, headers).items()}
+    with _demo(tmp_path) as second:
+        assert (second.api_key, second.runtime_token) == (first.api_key, first.runtime_token)
+        headers = _admin_headers(second.base, tmp_path)
+        pool = _pool_backends(second.base, headers)
+        assert {n: b["created_at"] for n, b in pool.items()} == created
+        me = httpx.get(
+            f"{second.base}/api/runtime/me",
+            headers={"Authorization": f"Bearer {second.runtime_token}"},
+        )
+        assert me.status_code == 200, me.text
+
+
+def test_serve_refuses_a_broken_vllm_backends_file(tmp_path):
+    from app.lib.vault import generate_key_spec
+
+    env = _env(
+        tmp_path,
+        ARONA_JWT_SECRET=JWT_SECRET,
+        ARONA_VAULT_KEYS=generate_key_spec("k1"),
+        ARONA_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'seed.db'}",
+    )
+    assert _run(["migrate"], env).returncode == 0
+    missing = _run(["serve"], {**env, "ARONA_VLLM_BACKENDS_FILE": str(tmp_path / "nope.json")})
+    assert missing.returncode != 0
+    assert "ARONA_VLLM_BACKENDS_FILE is" in missing.stderr
+    assert "does not exist" in missing.stderr
+    broken = tmp_path / "vllm-backends.json"
+    broken.write_text(
+        '{"backends": [{"name": "gpu", "url": "http://10.0.0.1", "type": "comfyui"}]}'
+    )
+    refused = _run(["serve"], {**env, "ARONA_VLLM_BACKENDS_FILE": str(broken)})
+    assert refused.returncode != 0
+    assert f"{broken}: backends[0] ('gpu'): type must be \"vllm\"" in refused.stderr
 
 
 def test_serve_refuses_missing_or_short_jwt_secret(tmp_path):

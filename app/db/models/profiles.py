@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from advanced_alchemy.base import (
-    AdvancedDeclarativeBase,
-    AuditColumns,
-    CommonTableAttributes,
-    UUIDAuditBase,
-)
+from advanced_alchemy.base import AdvancedDeclarativeBase, CommonTableAttributes, UUIDAuditBase
+from advanced_alchemy.mixins import AuditColumns
 from sqlalchemy import JSON, ForeignKey, String
 from sqlalchemy.ext.asyncio import AsyncAttrs
 from sqlalchemy.orm import Mapped, mapped_column

@@ -64,6 +64,7 @@ def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
         url=row.url,
         has_api_key=row.api_key_encrypted is not None,
         models=list(row.models),
+        tags=list(row.tags or ()),
         advertised_models=advertised,
         health=health,
         breaker=breaker,

@@ -13,6 +13,7 @@ from app.routing.backends import factory
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
 MAX_MODELS = 1000
+MAX_TAGS = 32
 # Kinds whose upstream lists its own models and authenticates by network position:
 # a key or a static list given for them is dropped rather than stored unused.
 KINDS_WITHOUT_KEY_OR_MODELS = frozenset({"ollama"})
@@ -23,6 +24,8 @@ ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"
 BackendUrl = Annotated[str, msgspec.Meta(min_length=1, max_length=2048)]
 ApiKey = Annotated[str, msgspec.Meta(max_length=8192)]
 KindName = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
+# Checked before trimming: a tag is 1-64 characters and not only blanks.
+TagName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"\S")]
 
 
 class Strict(msgspec.Struct, forbid_unknown_fields=True):
@@ -35,16 +38,18 @@ class BackendRegistration(Strict):
     url: BackendUrl
     api_key: ApiKey | None = None
     models: Annotated[list[ModelName], msgspec.Meta(max_length=MAX_MODELS)] = []
+    tags: Annotated[list[TagName], msgspec.Meta(max_length=MAX_TAGS)] = []
 
 
 class ValidRegistration(msgspec.Struct, frozen=True):
-    """A registration after every check: normalized kind, key and model list."""
+    """A registration after every check: normalized kind, key, model and tag lists."""
 
     name: str
     kind: str
     url: str
     api_key: str | None
     models: tuple[str, ...]
+    tags: tuple[str, ...] = ()
 
 
 class HealthOut(msgspec.Struct):
@@ -65,6 +70,8 @@ class BackendOut(msgspec.Struct):
     has_api_key: bool
     models: list[str]
     """The static list given at registration."""
+    tags: list[str]
+    """A profile that requires tags is served only by backends carrying all of them."""
     advertised_models: list[str]
     """What routing uses now: the static list, then the models the last probe found."""
     health: HealthOut
@@ -126,12 +133,18 @@ def check_kind(kind: str) -> str:
 def validate_registration(data: BackendRegistration) -> ValidRegistration:
     kind = check_kind(data.type)
     url = check_backend_url(data.url)
+    # Tags are routing metadata, kept for every kind; trimmed, order kept, no duplicates.
+    tags = tuple(dict.fromkeys(t.strip() for t in data.tags))
     if kind in KINDS_WITHOUT_KEY_OR_MODELS:
-        return ValidRegistration(name=data.name, kind=kind, url=url, api_key=None, models=())
+        return ValidRegistration(
+            name=data.name, kind=kind, url=url, api_key=None, models=(), tags=tags
+        )
     api_key = data.api_key if data.api_key else None
     # Order kept (the static list has precedence in that order), duplicates dropped.
     models = tuple(dict.fromkeys(m.strip() for m in data.models))
-    return ValidRegistration(name=data.name, kind=kind, url=url, api_key=api_key, models=models)
+    return ValidRegistration(
+        name=data.name, kind=kind, url=url, api_key=api_key, models=models, tags=tags
+    )
 
 
 def validate_alias(data: AliasIn) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 from app.db.models import BackendConfig, ModelAlias
 from app.domain.backends.schemas import ValidRegistration
 from app.lib.errors import NotFoundError
-from app.lib.vault import Vault, aad
+from app.lib.vault import Vault, VaultError, aad
 from app.routing.types import BackendSpec
 
 AAD_KIND = "backend_config"
@@ -31,7 +31,46 @@ def backend_spec(row: BackendConfig, vault: Vault) -> BackendSpec:
     if row.api_key_encrypted is not None:
         api_key = vault.decrypt(row.api_key_encrypted, key_aad(row.id))
     return BackendSpec(
-        name=row.name, kind=row.kind, url=row.url, api_key=api_key, models=tuple(row.models)
+        name=row.name,
+        kind=row.kind,
+        url=row.url,
+        api_key=api_key,
+        models=tuple(row.models),
+        tags=frozenset(row.tags or ()),
+    )
+
+
+def stored_as(row: BackendConfig, registration: ValidRegistration, vault: Vault) -> bool:
+    """Whether ``row`` already holds exactly ``registration`` (its key included)."""
+    try:
+        current = backend_spec(row, vault)
+    except VaultError:
+        return False  # an unreadable key is worth replacing
+    return (
+        current.kind == registration.kind
+        and current.url == registration.url
+        and current.api_key == registration.api_key
+        and current.models == registration.models
+        and tuple(row.tags or ()) == registration.tags
+    )
+
+
+def _new_row(registration: ValidRegistration, vault: Vault) -> BackendConfig:
+    # The id exists before the row does: the key's ciphertext is bound to it.
+    row = BackendConfig(id=uuid4(), name=registration.name)
+    _fill(row, registration, vault)
+    return row
+
+
+def _fill(row: BackendConfig, registration: ValidRegistration, vault: Vault) -> None:
+    row.kind = registration.kind
+    row.url = registration.url
+    row.models = list(registration.models)
+    row.tags = list(registration.tags)
+    row.api_key_encrypted = (
+        None
+        if registration.api_key is None
+        else vault.encrypt(registration.api_key, key_aad(row.id))
     )
 
 
@@ -60,21 +99,26 @@ class BackendConfigService(SQLAlchemyAsyncRepositoryService[BackendConfig]):
 
     async def _register(self, registration: ValidRegistration, vault: Vault) -> BackendConfig:
         row = await self.get_by_name(registration.name)
-        creating = row is None
         if row is None:
-            # The id exists before the row does: the key's ciphertext is bound to it.
-            row = BackendConfig(id=uuid4(), name=registration.name)
-        row.kind = registration.kind
-        row.url = registration.url
-        row.models = list(registration.models)
-        row.api_key_encrypted = (
-            None
-            if registration.api_key is None
-            else vault.encrypt(registration.api_key, key_aad(row.id))
-        )
-        if creating:
-            return await self.create(row, auto_commit=True)
+            return await self.create(_new_row(registration, vault), auto_commit=True)
+        _fill(row, registration, vault)
         return await self.update(row, auto_commit=True)
+
+    async def create_if_absent(
+        self, registration: ValidRegistration, vault: Vault
+    ) -> BackendConfig | None:
+        """Create ``registration.name`` unless that name exists; None when it did.
+
+        Two processes creating the same name at once (replicas seeding at start-up)
+        both end without an error: the loser's insert fails and it keeps the winner's.
+        """
+        if await self.get_by_name(registration.name) is not None:
+            return None
+        try:
+            return await self.create(_new_row(registration, vault), auto_commit=True)
+        except _RACED:
+            await self.repository.session.rollback()
+            return None
 
     async def get_by_name(self, name: str) -> BackendConfig | None:
         return await self.get_one_or_none(BackendConfig.name == name)

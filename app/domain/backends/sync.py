@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Iterable
 from uuid import uuid4
 
 import structlog
@@ -24,6 +25,7 @@ from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from app.db.models import BackendConfig
 from app.domain.backends.services import AliasService, BackendConfigService, backend_spec
 from app.lib.events.base import Event, EventBus
+from app.lib.events.follow import follow
 from app.lib.vault import Vault, VaultError
 from app.routing.aliases import AliasTable
 from app.routing.backends.base import Backend
@@ -141,6 +143,12 @@ class RoutingConfigSync:
         await self.reload_backend(name)
         await self._publish({"kind": KIND_BACKEND, "name": name})
 
+    async def announce_backends(self, names: Iterable[str]) -> None:
+        """Tell the other replicas about backends written before this one loaded
+        (start-up seeding): ``load_all`` already applied them here."""
+        for name in names:
+            await self._publish({"kind": KIND_BACKEND, "name": name})
+
     async def alias_changed(self) -> None:
         """Called after this replica wrote or deleted an alias."""
         await self.reload_aliases()
@@ -167,22 +175,8 @@ class RoutingConfigSync:
             logger.warning("ignoring malformed routing event", kind=kind)
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
-        """Follow other replicas' changes until cancelled.
-
-        Loads everything after subscribing (not before), so a change published
-        during the load is queued instead of lost; a restart after a lost
-        connection reloads too, since events published meanwhile are gone.
-        """
-        async with self._bus.subscribe(CHANNEL) as events:
-            await self.load_all()
-            if ready is not None:
-                ready.set()
-            async for event in events:
-                try:
-                    await self.apply(event)
-                except Exception as exc:
-                    # A database hiccup: the next event or resubscription catches up.
-                    logger.warning("could not apply a routing change", error=repr(exc))
+        """Follow other replicas' changes until cancelled (``app.lib.events.follow``)."""
+        await follow(self._bus, CHANNEL, reload=self.load_all, apply=self.apply, ready=ready)
 
     async def close(self) -> None:
         """Release every adapter (shutdown)."""

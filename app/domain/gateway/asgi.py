@@ -9,8 +9,7 @@ Measured in docs/performance.md; the other ``/v1`` routes are ordinary handlers.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
@@ -18,15 +17,11 @@ from litestar.types import Receive, Scope, Send
 from app.domain.accounts.authenticator import Authenticator
 from app.domain.gateway.parsing import Endpoint, parse_request
 from app.domain.gateway.services import Caller, GatewayService
+from app.lib.asgi_stream import send_event_stream
 from app.lib.errors import AuthenticationError, PayloadTooLargeError
 
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
-_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 
 
 def _authorization(scope: Scope) -> str | None:
@@ -67,45 +62,6 @@ async def _send_json(send: Send, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _send_stream(send: Send, receive: Receive, events: AsyncGenerator[bytes, None]) -> None:
-    """Relay ``events``; a client disconnect cancels the relay at once (the relay's own
-    clean-up then closes the upstream and meters the call as abandoned)."""
-    relay = asyncio.current_task()
-    left = False
-    finished = False
-
-    def on_disconnect(watch: asyncio.Future[None]) -> None:
-        nonlocal left
-        # After the last byte, receive() reports a disconnect too: that is no reason
-        # to cancel the clean-up that follows.
-        if finished or watch.cancelled() or relay is None:
-            return
-        left = True
-        relay.cancel()
-
-    watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
-    watcher.add_done_callback(on_disconnect)
-    try:
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-        async for chunk in events:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        finished = True  # everything relayed: a disconnect from here on changes nothing
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    except asyncio.CancelledError:
-        if not left or relay is None:
-            raise  # a shutdown, not the client: let it through
-        relay.uncancel()
-    finally:
-        finished = True
-        watcher.cancel()
-        await events.aclose()
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
 def gateway_asgi_handlers(
     authenticator: Authenticator, gateway: GatewayService, *, max_body_bytes: int
 ) -> tuple[ASGIHandler, ASGIHandler]:
@@ -125,7 +81,7 @@ def gateway_asgi_handlers(
             return
         request = parse_request(body, endpoint)
         if request.stream:
-            await _send_stream(send, receive, await gateway.open_stream(caller, request))
+            await send_event_stream(send, receive, await gateway.open_stream(caller, request))
             return
         outcome = await gateway.complete(caller, request, endpoint)
         await _send_json(send, outcome.content)

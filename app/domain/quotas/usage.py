@@ -46,7 +46,7 @@ class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
 
     model_requested: str
     endpoint: str
-    """``chat`` or ``embeddings``."""
+    """``chat`` or ``embeddings`` (``/v1``), ``runtime_chat`` (the runtime API)."""
     status: int
     """The HTTP status sent to the client."""
     project_id: UUID | None = None
@@ -63,6 +63,8 @@ class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
     latency_ms: int = 0
     ttft_ms: int | None = None
     conversation_id: str | None = None
+    model_profile_id: str | None = None
+    """The runtime profile that served the call (None on ``/v1``)."""
     created_at: datetime.datetime = msgspec.field(default_factory=utcnow)
     id: UUID = msgspec.field(default_factory=uuid7)
 

@@ -1,0 +1,1 @@
+"""Runtime conversations: stored history, forks and sticky fallback pins."""

@@ -1,0 +1,254 @@
+"""Conversations API on two route sets, and the admin API of fallback pins.
+
+``/api/runtime/conversations`` (runtime JWT: the token's project) and
+``/api/projects/{projectId}/conversations`` (members read; owners, platform admins
+and the project's API keys write) are the same handlers: ``ConversationRoutes``
+is subclassed once per route set, each giving its own ``conversation_scope``.
+Another project's conversation is a 404 ``conversation_not_found`` everywhere; a
+malformed id does not match the route (404), as elsewhere in the API.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from litestar import Controller, delete, get, patch, post
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.db.models import Conversation, ConversationMessage, FallbackPin
+from app.domain.accounts.principals import Principal
+from app.domain.backends.deps import platform_admin
+from app.domain.conversations.deps import ConversationScope, project_scope, runtime_scope
+from app.domain.conversations.messages import validate_messages
+from app.domain.conversations.pins import FallbackPinService, pin_not_found
+from app.domain.conversations.schemas import (
+    ConversationCreate,
+    ConversationFork,
+    ConversationOut,
+    ConversationUpdate,
+    MessageOut,
+    PinOut,
+    PinSummary,
+)
+from app.domain.conversations.selection import choose_profile
+from app.domain.conversations.services import ConversationService
+from app.domain.projects.controllers import LimitQuery, OffsetQuery
+from app.domain.projects.deps import projects_principal
+from app.lib.pagination import DEFAULT_LIMIT, Page
+from app.routing.profiles import ProfileTable
+
+
+def conversation_out(conversation: Conversation, pin: FallbackPin | None) -> ConversationOut:
+    return ConversationOut(
+        id=conversation.id,
+        project_id=conversation.project_id,
+        title=conversation.title,
+        model_profile_id=conversation.model_profile_id,
+        priority=conversation.priority,
+        forked_from_id=conversation.forked_from_id,
+        message_count=conversation.message_count,
+        fallback_pin=None
+        if pin is None
+        else PinSummary(
+            from_profile_id=pin.from_profile_id,
+            to_profile_id=pin.to_profile_id,
+            reason=pin.reason,
+            backend=pin.backend,
+            created_at=pin.created_at,
+        ),
+        created_at=conversation.created_at,
+        updated_at=conversation.updated_at,
+    )
+
+
+def message_out(m: ConversationMessage) -> MessageOut:
+    return MessageOut(
+        id=m.id,
+        seq=m.seq,
+        role=m.role,
+        content=m.content,
+        name=m.name,
+        tool_calls=m.tool_calls,
+        tool_call_id=m.tool_call_id,
+        model_profile_id=m.model_profile_id,
+        backend=m.backend,
+        prompt_tokens=m.prompt_tokens,
+        completion_tokens=m.completion_tokens,
+        created_at=m.created_at,
+    )
+
+
+def pin_out(pin: FallbackPin) -> PinOut:
+    return PinOut(
+        conversation_id=pin.conversation_id,
+        project_id=pin.project_id,
+        from_profile_id=pin.from_profile_id,
+        to_profile_id=pin.to_profile_id,
+        reason=pin.reason,
+        backend=pin.backend,
+        created_at=pin.created_at,
+    )
+
+
+class ConversationRoutes(Controller):
+    """The handlers of both route sets; not registered itself."""
+
+    tags = ["conversations"]
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create_conversation(
+        self,
+        data: ConversationCreate,
+        conversation_scope: ConversationScope,
+        conversations_service: ConversationService,
+        profile_table: ProfileTable,
+    ) -> ConversationOut:
+        conversation_scope.require_write("create conversations")
+        profile = choose_profile(
+            profile_table, data.model_profile_id, data.llm_id, data.provider, null_clears=False
+        )
+        messages = validate_messages(data.messages)
+        conversation = await conversations_service.create_conversation(
+            conversation_scope.project_id,
+            title=data.title,
+            profile_id=profile.profile_id,
+            priority=data.priority,
+            messages=messages,
+        )
+        return conversation_out(conversation, None)
+
+    @get("/")
+    async def list_conversations(
+        self,
+        conversation_scope: ConversationScope,
+        conversations_service: ConversationService,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+        priority: bool | None = None,
+    ) -> Page[ConversationOut]:
+        rows, total = await conversations_service.page(
+            conversation_scope.project_id, limit, offset, priority=priority
+        )
+        items = [conversation_out(c, p) for c, p in rows]
+        return Page(items=items, total=total, limit=limit, offset=offset)
+
+    @get("/{conversation_id:uuid}")
+    async def get_conversation(
+        self,
+        conversation_id: UUID,
+        conversation_scope: ConversationScope,
+        conversations_service: ConversationService,
+    ) -> ConversationOut:
+        row = await conversations_service.require(conversation_scope.project_id, conversation_id)
+        return conversation_out(*row)
+
+    @get("/{conversation_id:uuid}/messages")
+    async def list_messages(
+        self,
+        conversation_id: UUID,
+        conversation_scope: ConversationScope,
+        conversations_service: ConversationService,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+    ) -> Page[MessageOut]:
+        rows, total = await conversations_service.message_page(
+            conversation_scope.project_id, conversation_id, limit, offset
+        )
+        return Page(items=[message_out(m) for m in rows], total=total, limit=limit, offset=offset)
+
+    @patch("/{conversation_id:uuid}")
+    async def update_conversation(
+        self,
+        conversation_id: UUID,
+        data: ConversationUpdate,
+        conversation_scope: ConversationScope,
+        conversations_service: ConversationService,
+        profile_table: ProfileTable,
+    ) -> ConversationOut:
+        conversation_scope.require_write("change conversations")
+        profile = choose_profile(
+            profile_table, data.model_profile_id, data.llm_id, data.provider, null_clears=True
+        )
+        row = await conversations_service.update_conversation(
+            conversation_scope.project_id,
+            conversation_id,
+            title=data.title,
+            profile=profile,
+            priority=data.priority,
+        )
+        return conversation_out(*row)
+
+    @post("/{conversation_id:uuid}/fork", status_code=HTTP_201_CREATED)
+    async def fork_conversation(
+        self,
+        conversation_id: UUID,
+        conversation_scope: ConversationScope,
+        conversations_service: ConversationService,
+        profile_table: ProfileTable,
+        data: ConversationFork | None = None,
+    ) -> ConversationOut:
+        conversation_scope.require_write("fork conversations")
+        body = data or ConversationFork()
+        profile = choose_profile(
+            profile_table, body.model_profile_id, body.llm_id, body.provider, null_clears=False
+        )
+        fork = await conversations_service.fork(
+            conversation_scope.project_id,
+            conversation_id,
+            up_to_message_id=body.up_to_message_id,
+            title=body.title,
+            profile=profile,
+            priority=body.priority,
+        )
+        return conversation_out(fork, None)
+
+    @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_conversation(
+        self,
+        conversation_id: UUID,
+        conversation_scope: ConversationScope,
+        conversations_service: ConversationService,
+    ) -> None:
+        conversation_scope.require_write("delete conversations")
+        await conversations_service.delete_conversation(
+            conversation_scope.project_id, conversation_id
+        )
+
+
+class RuntimeConversationController(ConversationRoutes):
+    path = "/api/runtime/conversations"
+    tags = ["runtime"]
+    dependencies = {"conversation_scope": runtime_scope}
+
+
+class ProjectConversationController(ConversationRoutes):
+    path = "/api/projects/{project_id:uuid}/conversations"
+    tags = ["projects"]
+    dependencies = {"principal": projects_principal, "conversation_scope": project_scope}
+
+
+class PinAdminController(Controller):
+    path = "/api/admin/pins"
+    tags = ["admin: pins"]
+    dependencies = {"platform_admin": platform_admin}
+
+    @get("/")
+    async def list_pins(
+        self,
+        platform_admin: Principal,
+        pins_service: FallbackPinService,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+    ) -> Page[PinOut]:
+        rows, total = await pins_service.page(limit, offset)
+        return Page(items=[pin_out(p) for p in rows], total=total, limit=limit, offset=offset)
+
+    @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    async def clear_pin(
+        self,
+        conversation_id: UUID,
+        platform_admin: Principal,
+        pins_service: FallbackPinService,
+    ) -> None:
+        if not await pins_service.clear_pin(conversation_id):
+            raise pin_not_found()

@@ -1,0 +1,71 @@
+"""Which profile a body names: ``modelProfileId`` or its aliases ``llmId`` / ``provider``.
+
+Runtimes written against older docs send ``llmId`` or ``provider``; all three mean the
+same thing. Several may be given with one value; two different values are a 400.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from app.lib.errors import BadRequestError, NotFoundError
+from app.routing.profiles import ProfileTable
+
+# (wire name, value) in the order the error names them.
+Named = tuple[tuple[str, "str | msgspec.UnsetType | None"], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileChoice:
+    given: bool
+    """Whether the body named a profile at all (``null`` counts on a patch)."""
+    profile_id: str | None
+    param: str | None
+
+
+NOT_GIVEN = ProfileChoice(given=False, profile_id=None, param=None)
+
+
+def choose_profile(
+    table: ProfileTable,
+    model_profile_id: str | msgspec.UnsetType | None,
+    llm_id: str | msgspec.UnsetType | None,
+    provider: str | msgspec.UnsetType | None,
+    *,
+    null_clears: bool,
+) -> ProfileChoice:
+    """The one profile the three fields name, checked against the profile table.
+
+    With ``null_clears`` (patch) an explicit ``null`` is a value (clear the selection);
+    otherwise (create, fork) ``null`` is the same as leaving the field out.
+    """
+    named: Named = (("modelProfileId", model_profile_id), ("llmId", llm_id), ("provider", provider))
+    given = [
+        (param, value)
+        for param, value in named
+        if value is not msgspec.UNSET and (null_clears or value is not None)
+    ]
+    if not given:
+        return NOT_GIVEN
+    param, value = given[0]
+    for other_param, other_value in given[1:]:
+        if other_value != value:
+            raise BadRequestError(
+                f"{param} and {other_param} name different profiles; send one of them",
+                code="conflicting_profile_fields",
+                param=other_param,
+            )
+    if value is None or isinstance(value, msgspec.UnsetType):
+        return ProfileChoice(given=True, profile_id=None, param=param)
+    profile = table.get(value)
+    if profile is None:
+        raise NotFoundError(
+            f"no model profile {value!r} exists", code="profile_not_found", param=param
+        )
+    if not profile.enabled:
+        raise BadRequestError(
+            f"the model profile {value!r} is disabled", code="profile_disabled", param=param
+        )
+    return ProfileChoice(given=True, profile_id=value, param=param)

@@ -1,0 +1,226 @@
+"""The runtime catalog and the profile resolver, served from memory.
+
+``ProfileCatalog`` is a per-process resource (``resources.profile_catalog``, the
+``profile_catalog`` dependency). For each project it caches one ``CatalogEntry``: the
+project's settings (read from the database once, on the first request) and the
+catalog built from them and the ``ProfileTable``. A hit costs no database query:
+
+- a change of the table (``ProfileTable.version``) rebuilds the entry from the cached
+  settings, without the database;
+- a change of a project's settings drops its entry (``invalidate_project``), locally
+  at once and on the other replicas through ``ProfileSync``; deleting a profile or a
+  (re)subscription drops every entry (``invalidate_all``).
+
+What the runtime chat calls::
+
+    profile = await profile_catalog.resolve(project_id, requested)   # -> Profile
+    allowed = await profile_catalog.is_enabled_for(project_id, profile_id)
+
+Extension point: the catalog is built in ``ProfileCatalog._build`` from the profile
+table alone. Project custom LLMs (``custom:<name>``) join there: another source of
+``LlmOut`` entries appended after the profiles, whose changes call
+``invalidate_project`` (locally and from their own sync events) like settings do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from uuid import UUID
+
+from app.domain.profiles.schemas import LlmCatalog, LlmOut
+from app.lib.errors import BadRequestError, NotFoundError
+from app.routing.profiles import Profile, ProfileTable
+
+# Entries kept at most; past that the oldest is dropped (and re-read when next asked).
+DEFAULT_MAX_PROJECTS = 10_000
+REQUESTED_PARAM = "modelProfileId"
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectModels:
+    """A project's stored choice. The defaults (no settings row) mean: every globally
+    enabled profile, the first of them by id as default."""
+
+    default_profile_id: str | None = None
+    enabled_profile_ids: frozenset[str] | None = None
+    """``None``: every globally enabled profile, including ones created later."""
+
+    def allows(self, profile: Profile) -> bool:
+        return profile.enabled and (
+            self.enabled_profile_ids is None or profile.id in self.enabled_profile_ids
+        )
+
+
+SettingsLoader = Callable[[UUID], Awaitable[ProjectModels]]
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    settings: ProjectModels
+    table_version: int
+    catalog: LlmCatalog
+    enabled_ids: frozenset[str]
+
+
+class ProfileCatalog:
+    def __init__(
+        self,
+        table: ProfileTable,
+        loader: SettingsLoader,
+        *,
+        max_projects: int = DEFAULT_MAX_PROJECTS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._table = table
+        self._loader = loader
+        self._max_projects = max_projects
+        self._clock = clock
+        self._entries: dict[UUID, CatalogEntry] = {}
+        # One database read per project at a time, shared by concurrent misses.
+        self._loading: dict[UUID, asyncio.Task[CatalogEntry]] = {}
+        # Bumped by every invalidation: a read that started before one is not cached.
+        self._epoch = 0
+
+    # ------------------------------------------------------------------ reading
+
+    async def catalog(self, project_id: UUID) -> LlmCatalog:
+        """What ``GET /api/runtime/llms`` answers for the project."""
+        return (await self._entry(project_id)).catalog
+
+    async def resolve(self, project_id: UUID, requested: str | None) -> Profile:
+        """The profile a runtime request of ``project_id`` will use.
+
+        ``requested`` is the request's ``modelProfileId``; ``None`` means the project's
+        default. Raises ``NotFoundError`` ``profile_not_found`` (404) for an unknown id,
+        ``BadRequestError`` ``profile_disabled`` (400) for one disabled on the platform
+        or for the project, ``BadRequestError`` ``no_default_profile`` (400) when
+        nothing was requested and the project has no enabled profile. No database
+        query once the project's settings are cached.
+        """
+        entry = await self._entry(project_id)
+        if requested is None:
+            chosen = entry.catalog.default_llm_id
+            if chosen is None:
+                raise BadRequestError(
+                    "no model profile is enabled for this project, so there is no default",
+                    code="no_default_profile",
+                    param=REQUESTED_PARAM,
+                )
+            requested = chosen
+        profile = self._table.get(requested)
+        if profile is None:
+            raise NotFoundError(
+                f"no model profile {requested!r} exists",
+                code="profile_not_found",
+                param=REQUESTED_PARAM,
+            )
+        if requested not in entry.enabled_ids:
+            where = "on the platform" if not profile.enabled else "for this project"
+            raise BadRequestError(
+                f"model profile {requested!r} is disabled {where}",
+                code="profile_disabled",
+                param=REQUESTED_PARAM,
+            )
+        return profile
+
+    async def is_enabled_for(self, project_id: UUID, profile_id: str) -> bool:
+        """Whether ``profile_id`` exists and is enabled globally and for the project."""
+        return profile_id in (await self._entry(project_id)).enabled_ids
+
+    # ------------------------------------------------------------- invalidation
+
+    def invalidate_project(self, project_id: UUID) -> None:
+        """The project's settings changed: its next request reads them again."""
+        self._epoch += 1
+        self._entries.pop(project_id, None)
+        # A read in flight may have missed the change: later callers start a new one.
+        self._loading.pop(project_id, None)
+
+    def invalidate_all(self) -> None:
+        """Every project's settings may have changed (a profile was deleted, events
+        may have been lost)."""
+        self._epoch += 1
+        self._entries.clear()
+        self._loading.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # ---------------------------------------------------------------- internals
+
+    async def _entry(self, project_id: UUID) -> CatalogEntry:
+        entry = self._entries.get(project_id)
+        if entry is None:
+            entry = await asyncio.shield(self._load(project_id))
+        if entry.table_version != self._table.version:
+            # Profiles changed since: rebuild from the cached settings (no database).
+            fresh = self._build(project_id, entry.settings)
+            if self._entries.get(project_id) is entry:
+                self._entries[project_id] = fresh
+            entry = fresh
+        return entry
+
+    def _load(self, project_id: UUID) -> asyncio.Task[CatalogEntry]:
+        task = self._loading.get(project_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._read(project_id, self._epoch))
+            self._loading[project_id] = task
+            task.add_done_callback(lambda done: self._read_done(project_id, done))
+        return task
+
+    async def _read(self, project_id: UUID, epoch: int) -> CatalogEntry:
+        settings = await self._loader(project_id)
+        entry = self._build(project_id, settings)
+        if epoch == self._epoch:
+            self._store(project_id, entry)
+        return entry
+
+    def _read_done(self, project_id: UUID, task: asyncio.Task[CatalogEntry]) -> None:
+        if self._loading.get(project_id) is task:
+            del self._loading[project_id]
+        if not task.cancelled():
+            task.exception()  # retrieved: its waiters (if any are left) get it raised
+
+    def _store(self, project_id: UUID, entry: CatalogEntry) -> None:
+        if project_id not in self._entries and len(self._entries) >= self._max_projects:
+            del self._entries[next(iter(self._entries))]
+        self._entries[project_id] = entry
+
+    def _build(self, project_id: UUID, settings: ProjectModels) -> CatalogEntry:
+        """The project's catalog: every profile by id, ``enabled`` where both the
+        platform and the project allow it. (Custom LLMs will be appended here.)"""
+        version = self._table.version
+        llms: list[LlmOut] = []
+        enabled: list[str] = []
+        for profile in self._table:
+            allowed = settings.allows(profile)
+            if allowed:
+                enabled.append(profile.id)
+            llms.append(
+                LlmOut(
+                    id=profile.id,
+                    name=profile.name,
+                    enabled=allowed,
+                    supports_tools=profile.supports_tools,
+                    supports_images=profile.supports_images,
+                    context_window_tokens=profile.context_window_tokens,
+                    max_output_tokens=profile.max_output_tokens,
+                    tags=sorted(profile.tags),
+                )
+            )
+        enabled_ids = frozenset(enabled)
+        default = settings.default_profile_id
+        if default not in enabled_ids:
+            default = enabled[0] if enabled else None
+        catalog = LlmCatalog(
+            project_id=project_id,
+            default_llm_id=default,
+            llms=llms,
+            refreshed_at=int(self._clock() * 1000),
+        )
+        return CatalogEntry(
+            settings=settings, table_version=version, catalog=catalog, enabled_ids=enabled_ids
+        )

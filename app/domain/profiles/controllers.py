@@ -1,0 +1,186 @@
+"""Model profiles over HTTP.
+
+- ``/api/admin/model-profiles``: platform admins create, read, change and delete
+  profiles. Deleting one that another profile names (fallback, failover chain) is a
+  409 ``profile_in_use``; projects naming it (default, enabled list) are cleaned up in
+  the same transaction.
+- ``/api/projects/{projectId}/models``: a project's default profile and enabled set
+  (read: any member or the project's API key; write: owners and admins).
+- ``GET /api/runtime/llms``: the runtime catalog (runtime JWT only), from memory.
+
+Every write goes to the database first, then to this replica's table and catalog at
+once, then to the other replicas through ``ProfileSync``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from litestar import Controller, delete, get, patch, post, put
+from litestar.params import QueryParameter
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.db.models import ModelProfile
+from app.domain.accounts.principals import Principal, RuntimePrincipal
+from app.domain.backends.deps import platform_admin
+from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
+from app.domain.profiles.schemas import (
+    LlmCatalog,
+    ProfileCreate,
+    ProfileOut,
+    ProfileUpdate,
+    ProjectModelsIn,
+    ProjectModelsOut,
+)
+from app.domain.profiles.services import ModelProfileService, ProjectModelsService
+from app.domain.profiles.sync import ProfileSync
+from app.domain.projects.deps import projects_principal
+from app.domain.projects.services import ProjectService
+from app.lib.errors import PermissionDeniedError
+from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
+
+LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
+OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
+
+
+def profile_out(row: ModelProfile) -> ProfileOut:
+    return ProfileOut(
+        id=row.id,
+        name=row.name,
+        base_model=row.base_model,
+        tags=list(row.tags or ()),
+        supports_tools=row.supports_tools,
+        supports_images=row.supports_images,
+        context_window_tokens=row.context_window_tokens,
+        max_output_tokens=row.max_output_tokens,
+        enabled=row.enabled,
+        fallback_profile_id=row.fallback_profile_id,
+        slow_threshold_ms=row.slow_threshold_ms,
+        failover_chain=list(row.failover_chain or ()),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+class ModelProfileAdminController(Controller):
+    path = "/api/admin/model-profiles"
+    tags = ["admin: model profiles"]
+    dependencies = {"platform_admin": platform_admin}
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create_profile(
+        self,
+        data: ProfileCreate,
+        platform_admin: Principal,
+        model_profiles_service: ModelProfileService,
+        profile_sync: ProfileSync,
+    ) -> ProfileOut:
+        row = await model_profiles_service.create_profile(data)
+        await profile_sync.profile_changed(row.id)
+        return profile_out(row)
+
+    @get("/")
+    async def list_profiles(
+        self,
+        platform_admin: Principal,
+        model_profiles_service: ModelProfileService,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+    ) -> Page[ProfileOut]:
+        rows, total = await model_profiles_service.page(limit, offset)
+        return Page(items=[profile_out(r) for r in rows], total=total, limit=limit, offset=offset)
+
+    @get("/{profile_id:str}")
+    async def get_profile(
+        self,
+        profile_id: str,
+        platform_admin: Principal,
+        model_profiles_service: ModelProfileService,
+    ) -> ProfileOut:
+        return profile_out(await model_profiles_service.require(profile_id))
+
+    @patch("/{profile_id:str}")
+    async def update_profile(
+        self,
+        profile_id: str,
+        data: ProfileUpdate,
+        platform_admin: Principal,
+        model_profiles_service: ModelProfileService,
+        profile_sync: ProfileSync,
+    ) -> ProfileOut:
+        row = await model_profiles_service.update_profile(profile_id, data)
+        await profile_sync.profile_changed(row.id)
+        return profile_out(row)
+
+    @delete("/{profile_id:str}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_profile(
+        self,
+        profile_id: str,
+        platform_admin: Principal,
+        model_profiles_service: ModelProfileService,
+        profile_sync: ProfileSync,
+    ) -> None:
+        # Cleaned-up projects need no events of their own: a profile that is gone
+        # drops every cached project entry on each replica (see ProfileSync).
+        await model_profiles_service.delete_profile(profile_id)
+        await profile_sync.profile_changed(profile_id)
+
+
+def _models_out(settings: ProjectModels, catalog: LlmCatalog) -> ProjectModelsOut:
+    enabled = settings.enabled_profile_ids
+    return ProjectModelsOut(
+        default_profile_id=settings.default_profile_id,
+        enabled_profile_ids=None if enabled is None else sorted(enabled),
+        catalog=catalog,
+    )
+
+
+class ProjectModelsController(Controller):
+    path = "/api/projects/{project_id:uuid}/models"
+    tags = ["projects"]
+    dependencies = {"principal": projects_principal}
+
+    @get("/")
+    async def get_models(
+        self,
+        project_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        project_models_service: ProjectModelsService,
+        profile_catalog: ProfileCatalog,
+    ) -> ProjectModelsOut:
+        await projects_service.access(principal, project_id)
+        settings = await project_models_service.for_project(project_id)
+        return _models_out(settings, await profile_catalog.catalog(project_id))
+
+    @put("/")
+    async def put_models(
+        self,
+        project_id: UUID,
+        data: ProjectModelsIn,
+        principal: Principal,
+        projects_service: ProjectService,
+        project_models_service: ProjectModelsService,
+        profile_sync: ProfileSync,
+        profile_catalog: ProfileCatalog,
+    ) -> ProjectModelsOut:
+        access = await projects_service.access(principal, project_id)
+        access.require(access.can_manage_project, "change the project's model settings")
+        settings = await project_models_service.put(project_id, data)
+        await profile_sync.project_changed(project_id)
+        return _models_out(settings, await profile_catalog.catalog(project_id))
+
+
+class RuntimeCatalogController(Controller):
+    path = "/api/runtime"
+    tags = ["runtime"]
+
+    @get("/llms")
+    async def list_llms(self, principal: Principal, profile_catalog: ProfileCatalog) -> LlmCatalog:
+        """The project's model catalog; served from memory (no database query once cached)."""
+        if not isinstance(principal, RuntimePrincipal):
+            raise PermissionDeniedError(
+                "this endpoint needs a runtime token", code="runtime_token_required"
+            )
+        return await profile_catalog.catalog(principal.project_id)

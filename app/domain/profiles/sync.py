@@ -1,0 +1,130 @@
+"""Keep every replica's ``ProfileTable`` and catalog cache equal to the database.
+
+Modelled on ``RoutingConfigSync``: the database is the source of truth and events
+on ``profiles.config`` only say *what* to re-read. A replica that writes applies the
+change to itself at once and publishes an event carrying its origin id; the others
+re-read that profile (or drop that project's cached settings). Events are hints: a
+lost one is repaired by the reload that follows every (re)subscription and by the
+periodic reload the lifespan runs.
+
+Event shapes (JSON objects, the bus adds ``channel``)::
+
+    {"kind": "profile", "id": "<profile id>", "origin": "<replica id>"}
+    {"kind": "project", "projectId": "<project uuid>", "origin": "<replica id>"}
+
+A profile that is gone when re-read was deleted, and its deletion rewrote project
+settings in the same transaction: every cached project entry is dropped then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from uuid import UUID, uuid4
+
+import structlog
+from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
+
+from app.domain.profiles.catalog import ProfileCatalog
+from app.domain.profiles.services import load_profile, load_profiles, load_project_models
+from app.lib.events.base import Event, EventBus
+from app.lib.events.follow import follow
+from app.routing.profiles import ProfileTable
+
+CHANNEL = "profiles.config"
+KIND_PROFILE = "profile"
+KIND_PROJECT = "project"
+logger = structlog.get_logger()
+
+
+class ProfileSync:
+    def __init__(
+        self,
+        *,
+        table: ProfileTable,
+        catalog: ProfileCatalog,
+        bus: EventBus,
+        db_config: SQLAlchemyAsyncConfig,
+    ) -> None:
+        self._table = table
+        self.catalog = catalog
+        """The catalog this sync invalidates (``resources.profile_catalog``)."""
+        self._bus = bus
+        self._db_config = db_config
+        self.origin = uuid4().hex
+        """This process's id in events, so it can skip what it published itself."""
+        # Serialises reloads: a local write and another replica's event for the same
+        # profile must not interleave their read and apply steps out of order.
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ loading
+
+    async def load_all(self) -> None:
+        """Make the table match the database and forget every project's cached
+        settings (start-up, resubscription, periodic safety net)."""
+        async with self._lock:
+            profiles = await load_profiles(self._db_config)
+            self._table.replace_all(profiles)
+            self.catalog.invalidate_all()
+        logger.debug("model profiles loaded", profiles=len(profiles))
+
+    async def reload_profile(self, profile_id: str) -> None:
+        async with self._lock:
+            profile = await load_profile(self._db_config, profile_id)
+            if profile is None:
+                self._table.remove(profile_id)
+                # Its deletion cleaned project settings up in the same transaction.
+                self.catalog.invalidate_all()
+            else:
+                self._table.put(profile)
+
+    # --------------------------------------------------------------- local writes
+
+    async def profile_changed(self, profile_id: str) -> None:
+        """Called after this replica wrote (or deleted) profile ``profile_id``."""
+        await self.reload_profile(profile_id)
+        await self._publish({"kind": KIND_PROFILE, "id": profile_id})
+
+    async def project_changed(self, project_id: UUID) -> None:
+        """Called after this replica wrote the model settings of ``project_id``."""
+        self.catalog.invalidate_project(project_id)
+        await self._publish({"kind": KIND_PROJECT, "projectId": str(project_id)})
+
+    async def _publish(self, event: Event) -> None:
+        try:
+            await self._bus.publish(CHANNEL, {**event, "origin": self.origin})
+        except Exception as exc:  # a hint channel: the write itself has succeeded
+            logger.warning("could not publish a profile change", error=repr(exc))
+
+    # --------------------------------------------------------- other replicas
+
+    async def apply(self, event: Event) -> None:
+        """Apply an event from another replica; our own are already applied."""
+        if event.get("origin") == self.origin:
+            return
+        kind = event.get("kind")
+        if kind == KIND_PROFILE and isinstance(event.get("id"), str):
+            await self.reload_profile(event["id"])
+            return
+        if kind == KIND_PROJECT and isinstance(event.get("projectId"), str):
+            try:
+                project_id = UUID(event["projectId"])
+            except ValueError:
+                pass
+            else:
+                self.catalog.invalidate_project(project_id)
+                return
+        logger.warning("ignoring malformed profile event", kind=kind)
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Follow other replicas' changes until cancelled (``app.lib.events.follow``)."""
+        await follow(self._bus, CHANNEL, reload=self.load_all, apply=self.apply, ready=ready)
+
+
+def build_profile_sync(
+    table: ProfileTable, bus: EventBus, db_config: SQLAlchemyAsyncConfig
+) -> ProfileSync:
+    """The catalog over ``table`` (settings read from ``db_config`` on a miss) and the
+    sync that keeps both current; the catalog is ``sync.catalog``."""
+    catalog = ProfileCatalog(table, partial(load_project_models, db_config))
+    return ProfileSync(table=table, catalog=catalog, bus=bus, db_config=db_config)
