@@ -97,6 +97,7 @@ class _Outcome:
     served_model: str | None = None
     usage: Usage = field(default_factory=Usage)
     ttft_ms: int | None = None
+    upstream_started: float = 0.0
 
 
 class RuntimeChatService:
@@ -235,8 +236,8 @@ class RuntimeChatService:
             raise
         outcome.backend, outcome.served_model = result.backend, result.served_model
         outcome.usage = result.usage
-        elapsed_ms = int((self._routing.clock() - prepared.started) * 1000)
-        self._failover.record(prepared.profile.id, elapsed_ms)
+        # No latency sample: a complete answer's latency includes the whole generation,
+        # which the profile's time-to-first-token threshold does not describe.
         content, tool_calls = completion_message(result.content)
         try:
             await self._conversations.append_user_turns(
@@ -255,7 +256,7 @@ class RuntimeChatService:
         return ChatReply(headers=self._headers(prepared, result.backend), body=result.content)
 
     async def _open_stream(self, prepared: PreparedChat) -> ChatReply:
-        outcome = _Outcome()
+        outcome = _Outcome(upstream_started=self._routing.clock())
         try:
             relay = await self._routing.open_chat_stream(
                 prepared.profile.base_model,
@@ -327,7 +328,12 @@ class RuntimeChatService:
             outcome.usage = transcript.upstream_usage or relay.usage
             if relay.first_byte_at is not None:
                 outcome.ttft_ms = int((relay.first_byte_at - prepared.started) * 1000)
-                self._failover.record(prepared.profile.id, outcome.ttft_ms)
+                # The profile is judged on its upstreams alone (retries included),
+                # not on the database work that came before.
+                self._failover.record(
+                    prepared.profile.id,
+                    (relay.first_byte_at - outcome.upstream_started) * 1000,
+                )
             self._meter(prepared, outcome)
 
     async def _after_drop(self, prepared: PreparedChat, relay: RelayedStream, reason: str) -> str:
