@@ -252,3 +252,16 @@ async def test_a_failing_backend_is_retried_on_another_then_cools_down(rt: Runti
     again = await rt.chat(await rt.conversation(modelProfileId=profile))
     assert again.headers["x-arona-backend"] == second
     assert first_fake.stats.failures == 1
+
+
+async def test_a_backend_whose_metrics_fail_is_penalised(rt: RuntimeEnv) -> None:
+    (_, blind_fake), (visible, visible_fake) = await rt.pool("blind-model", [[], []])
+    blind_fake.metrics_status = 500
+    visible_fake.running, visible_fake.waiting = 8, 3  # busy, but its load is known
+    profile = await rt.profile("blind-model")
+
+    for _ in range(3):
+        result = await rt.chat(await rt.conversation(modelProfileId=profile))
+        assert result.headers["x-arona-backend"] == visible
+    assert blind_fake.stats.chats == 0
+    assert blind_fake.metrics_scrapes >= 1
