@@ -5,6 +5,7 @@ from app.db.models.conversations import Conversation, ConversationMessage, Fallb
 from app.db.models.profiles import ModelProfile, PlatformSetting, ProjectProfileSettings
 from app.db.models.projects import ApiKey, Project, ProjectMember, RuntimeToken
 from app.db.models.routing import BackendConfig, ModelAlias
+from app.db.models.tenancy import CustomLlm, OverrideKey, ProjectQuota, ProjectSecret
 from app.db.models.usage import UsageRecord
 
 __all__ = [
@@ -12,13 +13,17 @@ __all__ = [
     "BackendConfig",
     "Conversation",
     "ConversationMessage",
+    "CustomLlm",
     "FallbackPin",
     "ModelAlias",
     "ModelProfile",
+    "OverrideKey",
     "PlatformSetting",
     "Project",
     "ProjectMember",
     "ProjectProfileSettings",
+    "ProjectQuota",
+    "ProjectSecret",
     "RefreshToken",
     "RuntimeToken",
     "UsageRecord",

@@ -39,6 +39,9 @@ class UsageRecord(UUIDBase):
     ttft_ms: Mapped[int | None] = mapped_column(default=None)
     conversation_id: Mapped[str | None] = mapped_column(String(200), default=None)
     model_profile_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    # Traffic that does not count against the project's quota.
+    is_custom: Mapped[bool] = mapped_column(default=False)
+    is_override_key: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime.datetime] = mapped_column(
         DateTimeUTC(timezone=True), default=utcnow, index=True
     )

@@ -65,6 +65,10 @@ class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
     conversation_id: str | None = None
     model_profile_id: str | None = None
     """The runtime profile that served the call (None on ``/v1``)."""
+    is_custom: bool = False
+    """Served by the project's own custom LLM (outside the quota)."""
+    is_override_key: bool = False
+    """Sent with the project's BYO override key (outside the quota)."""
     created_at: datetime.datetime = msgspec.field(default_factory=utcnow)
     id: UUID = msgspec.field(default_factory=uuid7)
 
