@@ -77,33 +77,46 @@ class RoutingService:
         self.max_retries = max_retries
         self.clock = clock
 
-    async def chat(self, model: str, body: RawBody, hints: RouteHints) -> CallOutcome:
+    async def chat(
+        self, model: str, body: RawBody, hints: RouteHints, *, target: BackendState | None = None
+    ) -> CallOutcome:
+        """A complete chat answer. With ``target`` (a project's custom LLM) that backend
+        alone is used: no selection, and only network errors are retried, on it."""
+
         async def run(selection: Selection) -> CallOutcome:
-            call = UpstreamCall(model=selection.served_model, body=body)
+            call = UpstreamCall(model=selection.served_model, body=body, api_key=hints.api_key)
             result = await selection.state.adapter.chat(call)
             usage = result.usage or estimated_usage(body, result.completion_text_chars)
             return CallOutcome(result.content, usage, selection.state.name, call.model, 0)
 
-        outcome, attempts = await self._with_retries(model, "chat", hints, run)
+        outcome, attempts = await self._with_retries(model, "chat", hints, run, target=target)
         outcome.attempts = attempts
         return outcome
 
-    async def embed(self, model: str, body: RawBody, hints: RouteHints) -> CallOutcome:
+    async def embed(
+        self, model: str, body: RawBody, hints: RouteHints, *, target: BackendState | None = None
+    ) -> CallOutcome:
         async def run(selection: Selection) -> CallOutcome:
-            call = UpstreamCall(model=selection.served_model, body=body)
+            call = UpstreamCall(model=selection.served_model, body=body, api_key=hints.api_key)
             result = await selection.state.adapter.embed(call)
             usage = result.usage or estimated_usage(body, 0)
             return CallOutcome(result.content, usage, selection.state.name, call.model, 0)
 
-        outcome, attempts = await self._with_retries(model, "embeddings", hints, run)
+        outcome, attempts = await self._with_retries(model, "embeddings", hints, run, target=target)
         outcome.attempts = attempts
         return outcome
 
     async def open_chat_stream(
-        self, model: str, body: RawBody, hints: RouteHints, *, include_usage: bool
+        self,
+        model: str,
+        body: RawBody,
+        hints: RouteHints,
+        *,
+        include_usage: bool,
+        target: BackendState | None = None,
     ) -> RelayedStream:
         """Open an upstream stream (retrying failures to open it) and return the relay."""
-        relay = RelayedStream(self, model, body, hints, include_usage)
+        relay = RelayedStream(self, model, body, hints, include_usage, target)
         await relay.open()
         return relay
 
@@ -132,21 +145,27 @@ class RoutingService:
         *,
         keep_in_flight: bool = False,
         max_attempts: int | None = None,
+        target: BackendState | None = None,
     ) -> tuple[T, int]:
         """Run ``run`` on selected backends until one succeeds or retries run out.
 
         With ``keep_in_flight`` the successful attempt stays counted in flight (a stream
-        that is still open) and its breaker verdict is left to the caller.
+        that is still open) and its breaker verdict is left to the caller. With
+        ``target`` every attempt goes to that backend, and only failures that never
+        reached it (network errors) are retried.
         """
-        resolved = self.router.resolve(model)
+        resolved = model if target is not None else self.router.resolve(model)
         excluded = set(hints.exclude)
         last_error: UpstreamError | None = None
         allowed = self.max_retries + 1 if max_attempts is None else max_attempts
         for attempt in range(1, allowed + 1):
             try:
-                selection = await self.router.select(
-                    resolved, capability, replace(hints, exclude=frozenset(excluded))
-                )
+                if target is not None:
+                    selection = _direct(target, resolved)
+                else:
+                    selection = await self.router.select(
+                        resolved, capability, replace(hints, exclude=frozenset(excluded))
+                    )
             except NoHealthyBackendError:
                 if last_error is not None:
                     raise last_error from None  # what the failed attempts said, not "none left"
@@ -158,7 +177,7 @@ class RoutingService:
             except UpstreamError as exc:
                 state.in_flight -= 1
                 _settle(self.router, state, exc)
-                if not exc.retryable:
+                if not exc.retryable or (target is not None and exc.upstream_status is not None):
                     raise
                 last_error = exc
                 excluded.add(state.name)
@@ -176,6 +195,13 @@ class RoutingService:
         raise last_error
 
 
+def _direct(target: BackendState, model: str) -> Selection:
+    """The one backend of a custom LLM; its breaker still fails fast when it is down."""
+    if not target.breaker.acquire():
+        raise NoHealthyBackendError(model, f"{target.name}: circuit breaker open")
+    return Selection(target, target.served_name(model) or model)
+
+
 class RelayedStream:
     """The client-facing stream: SSE bytes relayed from the chosen upstream.
 
@@ -191,8 +217,10 @@ class RelayedStream:
         body: RawBody,
         hints: RouteHints,
         include_usage: bool,
+        target: BackendState | None = None,
     ) -> None:
         self._service = service
+        self._target = target
         self._model = model
         self._body = body
         self._hints = hints
@@ -221,6 +249,7 @@ class RelayedStream:
                 body=self._body,
                 stream=True,
                 include_usage=self._include_usage,
+                api_key=self._hints.api_key,
             )
             return await selection.state.adapter.chat_stream(call)
 
@@ -238,6 +267,7 @@ class RelayedStream:
             run_and_note,
             keep_in_flight=True,
             max_attempts=service.max_retries + 1 - self._attempts_used,
+            target=self._target,
         )
         self._attempts_used += attempts
         self._excluded.update(s.state.name for s in selected[:-1])

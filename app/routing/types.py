@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 Capability = Literal["chat", "embeddings", "video"]
+AuthScheme = Literal["bearer", "api-key", "ApiKey", "none"]
 Clock = Callable[[], float]
 """Monotonic seconds; tests hand in a fake."""
 
@@ -54,6 +55,9 @@ class BackendSpec:
     """The static model list; it comes first and keeps precedence over discovery."""
     tags: frozenset[str] = frozenset()
     """A call that requires tags goes only to backends carrying every one of them."""
+    auth_scheme: AuthScheme = "bearer"
+    """How the key is sent: ``Authorization: Bearer``, an ``api-key`` header,
+    ``Authorization: ApiKey`` or not at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,8 @@ class UpstreamCall:
     stream: bool = False
     include_usage: bool = False
     """The client asked for ``stream_options.include_usage``."""
+    api_key: str | None = None
+    """A key to send instead of the backend's own (a project's BYO override key)."""
 
 
 @dataclass(slots=True)
@@ -119,3 +125,5 @@ class RouteHints:
     tags: frozenset[str] = frozenset()
     """Required backend tags (a profile's tags): a subset of the backend's tags."""
     exclude: frozenset[str] = field(default_factory=frozenset)
+    api_key: str | None = field(default=None, repr=False)
+    """A key to send instead of the chosen backend's own (a BYO override key)."""

@@ -3,7 +3,8 @@
 The client's body is relayed with its values undecoded; only ``model`` (and the
 stream switches) are replaced. Answers are relayed as the upstream's bytes: a
 non-streaming answer whole, a stream chunk by chunk without re-encoding, parsing
-only what metering needs (``usage``). Only the backend's own key is ever sent.
+only what metering needs (``usage``). The backend's own key is sent, or the
+call's override key (a project's own provider key) in its place, never both.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from app.lib.http import UpstreamHttp, frozen_headers
+from app.lib.http import Headers, UpstreamHttp, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
 from app.routing.backends.transport import (
     JSON_HEADERS,
@@ -27,6 +28,7 @@ from app.routing.backends.transport import (
 )
 from app.routing.errors import UpstreamError
 from app.routing.types import (
+    AuthScheme,
     BackendSpec,
     Capability,
     ChatResult,
@@ -73,6 +75,25 @@ class _StreamChunk(msgspec.Struct):
     usage: UsageFields | None = None
 
 
+def auth_headers(scheme: AuthScheme, key: str | None) -> dict[str, str]:
+    """The header that carries ``key`` under ``scheme`` (none without a key)."""
+    if not key or scheme == "none":
+        return {}
+    if scheme == "api-key":
+        return {"api-key": key}
+    if scheme == "ApiKey":
+        return {"Authorization": f"ApiKey {key}"}
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _json_headers(auth: dict[str, str]) -> Headers:
+    return frozen_headers({**JSON_HEADERS, **auth})
+
+
+def _stream_headers(auth: dict[str, str]) -> Headers:
+    return frozen_headers({**JSON_HEADERS, **auth, "Accept": "text/event-stream"})
+
+
 class OpenAICompatibleBackend(Backend):
     kind = "external"
     capabilities: frozenset[Capability] = frozenset({"chat", "embeddings"})
@@ -86,12 +107,18 @@ class OpenAICompatibleBackend(Backend):
         self._chat_url = openai_endpoint(spec.url, "/chat/completions")
         self._models_url = openai_endpoint(spec.url, "/models")
         self._embeddings_url = openai_endpoint(spec.url, "/embeddings")
-        auth = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+        self._scheme = spec.auth_scheme
+        auth = auth_headers(spec.auth_scheme, spec.api_key)
         self._auth = frozen_headers(auth) if auth else None
-        self._json_headers = frozen_headers({**JSON_HEADERS, **auth})
-        self._stream_headers = frozen_headers(
-            {**JSON_HEADERS, **auth, "Accept": "text/event-stream"}
-        )
+        self._json_headers = _json_headers(auth)
+        self._stream_headers = _stream_headers(auth)
+
+    def _headers(self, call: UpstreamCall, *, stream: bool) -> Headers:
+        """The backend's own headers, or ones carrying the call's override key."""
+        if call.api_key is None:
+            return self._stream_headers if stream else self._json_headers
+        auth = auth_headers(self._scheme, call.api_key)
+        return _stream_headers(auth) if stream else _json_headers(auth)
 
     async def probe(self) -> ProbeResult:
         outcome = await probe_get(self._http, self._models_url, self._auth)
@@ -105,7 +132,8 @@ class OpenAICompatibleBackend(Backend):
 
     async def chat(self, call: UpstreamCall) -> ChatResult:
         body = encode_body(call, stream=False)
-        status, content = await fetch(self._http, self._chat_url, body, self._json_headers)
+        headers = self._headers(call, stream=False)
+        status, content = await fetch(self._http, self._chat_url, body, headers)
         usage = _usage_of(content, status)
         chars = 0 if usage is not None else _completion_chars(content)
         return ChatResult(content=content, usage=usage, completion_text_chars=chars)
@@ -113,9 +141,10 @@ class OpenAICompatibleBackend(Backend):
     async def chat_stream(self, call: UpstreamCall) -> ChatStream:
         ask_usage = self._accepts_stream_options
         body = encode_body(call, stream=True, ask_usage=ask_usage)
+        headers = self._headers(call, stream=True)
         try:
             response = await open_response(
-                self._http, "POST", self._chat_url, data=body, headers=self._stream_headers
+                self._http, "POST", self._chat_url, data=body, headers=headers
             )
         except UpstreamError as exc:
             if not (ask_usage and _refused_stream_options(exc, call)):
@@ -125,13 +154,14 @@ class OpenAICompatibleBackend(Backend):
             self._accepts_stream_options = False
             body = encode_body(call, stream=True, ask_usage=False)
             response = await open_response(
-                self._http, "POST", self._chat_url, data=body, headers=self._stream_headers
+                self._http, "POST", self._chat_url, data=body, headers=headers
             )
         return OpenAIChatStream(response, include_usage=call.include_usage)
 
     async def embed(self, call: UpstreamCall) -> EmbeddingResult:
         body = encode_body(call, stream=None)
-        status, content = await fetch(self._http, self._embeddings_url, body, self._json_headers)
+        headers = self._headers(call, stream=False)
+        status, content = await fetch(self._http, self._embeddings_url, body, headers)
         return EmbeddingResult(content=content, usage=_usage_of(content, status))
 
 
