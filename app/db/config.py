@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 from advanced_alchemy.extensions.litestar import (
     AlembicAsyncConfig,
@@ -34,7 +35,15 @@ def _engine_config(settings: Settings) -> EngineConfig:
 
 
 def build_db_config(settings: Settings) -> SQLAlchemyAsyncConfig:
+    # advanced-alchemy keeps every config's state keys in class-level sets and finds a
+    # free one by trying ``key_1``, ``key_2``, ... recursively: a process that builds
+    # many configs (a test run builds one per app) hits the recursion limit near a
+    # thousand. Keys unique from the start are accepted on the first check.
+    suffix = uuid4().hex
     return SQLAlchemyAsyncConfig(
+        session_scope_key=f"_sqlalchemy_db_session_{suffix}",
+        engine_app_state_key=f"db_engine_{suffix}",
+        session_maker_app_state_key=f"session_maker_class_{suffix}",
         connection_string=settings.database_url,
         engine_config=_engine_config(settings),
         session_config=AsyncSessionConfig(expire_on_commit=False),

@@ -34,16 +34,23 @@ def error_type_for(status: int) -> str:
 
 
 def error_body(
-    status: int, message: str, code: str, param: str | None = None
+    status: int,
+    message: str,
+    code: str,
+    param: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    return {
-        "error": {
-            "message": message,
-            "type": error_type_for(status),
-            "code": code,
-            "param": param,
-        }
+    """The error shape; ``extra`` adds fields next to the four standard ones (it
+    cannot replace them), e.g. the free names of a 409 ``custom_llm_exists``."""
+    error: dict[str, Any] = {
+        "message": message,
+        "type": error_type_for(status),
+        "code": code,
+        "param": param,
     }
+    for key, value in (extra or {}).items():
+        error.setdefault(key, value)
+    return {"error": error}
 
 
 class AronaError(Exception):
@@ -59,15 +66,18 @@ class AronaError(Exception):
         code: str | None = None,
         param: str | None = None,
         headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code or self.default_code
         self.param = param
         self.headers: dict[str, str] = dict(headers or {})
+        self.extra: dict[str, Any] = dict(extra or {})
+        """Fields added to the error object beside the standard four."""
 
     def body(self) -> dict[str, dict[str, Any]]:
-        return error_body(self.status_code, self.message, self.code, self.param)
+        return error_body(self.status_code, self.message, self.code, self.param, self.extra)
 
 
 class BadRequestError(AronaError):

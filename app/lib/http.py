@@ -11,10 +11,14 @@ httpx's request/response machinery cost as much CPU as the engine underneath it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from app.lib.ssrf import GuardedResolver, SsrfPolicy, guarded_socket_factory
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 """Getting a connection: a free pooled one, or a new one established."""
@@ -94,6 +98,7 @@ class UpstreamHttp:
             limit_per_host=0,
             keepalive_timeout=self._keepalive_timeout,
             ssl=True,  # default certificate verification
+            **self._connector_options(),
         )
         return aiohttp.ClientSession(
             connector=connector,
@@ -103,6 +108,10 @@ class UpstreamHttp:
             trust_env=False,
             auto_decompress=True,  # answers are relayed decoded
         )
+
+    def _connector_options(self) -> dict[str, Any]:
+        """Extra ``TCPConnector`` arguments (a subclass's resolver, socket factory)."""
+        return {}
 
     @property
     def closed(self) -> bool:
@@ -123,3 +132,60 @@ def build_http_client(
 ) -> UpstreamHttp:
     """The process-wide pool; the timeouts override the defaults (tests use short ones)."""
     return UpstreamHttp(connect_timeout=connect_timeout, read_timeout=read_timeout)
+
+
+class GuardedUpstreamHttp(UpstreamHttp):
+    """An ``UpstreamHttp`` whose every connection passes the SSRF guard.
+
+    Its connector resolves names through ``GuardedResolver`` (refused addresses are
+    dropped from each lookup, so DNS rebinding finds nothing to connect to) and opens
+    sockets through ``guarded_socket_factory`` (a literal IP, which aiohttp does not
+    resolve, is checked there). A refusal surfaces as ``aiohttp.ClientConnectorError``
+    caused by ``app.lib.ssrf.SsrfRefusedError`` (``ssrf.refusal_of(exc)`` finds it).
+    Calls must still pass ``allow_redirects=False``, as every upstream call does.
+    """
+
+    __slots__ = ("_resolver", "_resolver_factory", "policy")
+
+    def __init__(
+        self,
+        policy: SsrfPolicy,
+        *,
+        resolver_factory: Callable[[], AbstractResolver] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        self.policy = policy
+        self._resolver_factory = resolver_factory
+        self._resolver: AbstractResolver | None = None
+
+    def _connector_options(self) -> dict[str, Any]:
+        # Built with the session, in the app's event loop (a resolver binds to it).
+        factory = self._resolver_factory or aiohttp.DefaultResolver
+        self._resolver = GuardedResolver(self.policy, factory())
+        return {"resolver": self._resolver, "socket_factory": guarded_socket_factory(self.policy)}
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        # A connector does not close a resolver it was handed.
+        resolver, self._resolver = self._resolver, None
+        if resolver is not None:
+            await resolver.close()
+
+
+def build_guarded_http_client(
+    policy: SsrfPolicy,
+    *,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
+    resolver_factory: Callable[[], AbstractResolver] | None = None,
+) -> GuardedUpstreamHttp:
+    """The pool for upstreams chosen by project owners (custom LLMs), separate from the
+    platform's own: ``policy`` decides which addresses it may connect to;
+    ``resolver_factory`` replaces the system resolver underneath the guard (tests)."""
+    return GuardedUpstreamHttp(
+        policy,
+        resolver_factory=resolver_factory,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+    )

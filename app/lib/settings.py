@@ -63,6 +63,9 @@ class Settings:
     """None: seed from ``config/vllm-backends.json`` when that file exists."""
     failover_window_seconds: float = 30.0
     failover_min_samples: int = 3
+    custom_llm_allow_private: bool = False
+    """Let project custom LLMs reach loopback, private, link-local and reserved addresses
+    (tests and demos with local fakes); cloud metadata addresses stay refused."""
 
     @property
     def is_sqlite(self) -> bool:
@@ -214,5 +217,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         )
     if (v := get("ARONA_FAILOVER_MIN_SAMPLES")) is not None:
         values["failover_min_samples"] = _parse_int("ARONA_FAILOVER_MIN_SAMPLES", v, minimum=1)
+    if (v := get("ARONA_CUSTOM_LLM_ALLOW_PRIVATE")) is not None:
+        values["custom_llm_allow_private"] = _parse_bool("ARONA_CUSTOM_LLM_ALLOW_PRIVATE", v)
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

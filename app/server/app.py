@@ -21,9 +21,13 @@ from app.domain.conversations.controllers import (
     RuntimeConversationController,
 )
 from app.domain.conversations.deps import conversations_dependencies
+from app.domain.custom_llms.controllers import CustomLlmController
+from app.domain.custom_llms.deps import custom_llms_dependencies
 from app.domain.gateway.asgi import gateway_asgi_handlers
 from app.domain.gateway.controllers import GatewayController
 from app.domain.gateway.deps import gateway_dependencies
+from app.domain.overrides.controllers import OverrideController
+from app.domain.overrides.deps import overrides_dependencies
 from app.domain.profiles.controllers import (
     ModelProfileAdminController,
     ProjectModelsController,
@@ -33,7 +37,11 @@ from app.domain.profiles.deps import profiles_dependencies
 from app.domain.projects.controllers import ProjectController
 from app.domain.projects.credential_controllers import ApiKeyController, RuntimeTokenController
 from app.domain.projects.deps import projects_dependencies
+from app.domain.quotas.controllers import ProjectQuotaController, QuotaAdminController
+from app.domain.quotas.deps import quotas_dependencies
 from app.domain.runtime.controllers import RuntimeController
+from app.domain.secrets.controllers import ProjectSecretController
+from app.domain.secrets.deps import secrets_dependencies
 from app.lib.logging import configure_logging
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings, load_settings
@@ -67,9 +75,14 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "profile_table": _constant(resources.profile_table),
         "profile_catalog": _constant(resources.profile_catalog),
         "profile_sync": _constant(resources.profile_sync),
+        "custom_llms": _constant(resources.custom_llms),
+        "override_index": _constant(resources.override_index),
+        "override_sync": _constant(resources.override_sync),
         "health_checker": _constant(resources.health_checker),
         "routing_sync": _constant(resources.routing_sync),
         "usage_writer": _constant(resources.usage_writer),
+        "quota_gate": _constant(resources.quota_gate),
+        "quota_sync": _constant(resources.quota_sync),
         "failover_control": _constant(resources.failover_control),
         "runtime_chat": _constant(resources.runtime_chat),
     }
@@ -105,12 +118,17 @@ def create_app(
             RuntimeCatalogController,
             ModelProfileAdminController,
             ProjectModelsController,
+            CustomLlmController,
             BackendAdminController,
             AliasAdminController,
             FailoverAdminController,
             PinAdminController,
             RuntimeConversationController,
             ProjectConversationController,
+            QuotaAdminController,
+            ProjectQuotaController,
+            ProjectSecretController,
+            OverrideController,
             GatewayController,
             *_gateway_routes(resources),
         ],
@@ -120,7 +138,11 @@ def create_app(
             **projects_dependencies(),
             **backends_dependencies(),
             **conversations_dependencies(),
+            **quotas_dependencies(),
+            **secrets_dependencies(),
             **profiles_dependencies(),
+            **custom_llms_dependencies(),
+            **overrides_dependencies(),
             **gateway_dependencies(resources.authenticator, resources.gateway),
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],

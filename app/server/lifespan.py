@@ -27,6 +27,10 @@ ROUTING_RELOAD_SECONDS = 60.0
 # The same safety net under the profiles.config events.
 PROFILE_RELOAD_SECONDS = 60.0
 FAILOVER_REFRESH_SECONDS = 1.0
+# The same safety net under the custom_llms.changed and secrets.changed events.
+CUSTOM_LLM_RELOAD_SECONDS = 60.0
+# The same safety net under the overrides.changed events (drops every cached project).
+OVERRIDE_RELOAD_SECONDS = 60.0
 
 
 async def _restore_revocations(resources: Resources) -> None:
@@ -107,6 +111,25 @@ def build_lifespan(
                     lambda: every(PROFILE_RELOAD_SECONDS, resources.profile_sync.load_all),
                 )
             ),
+            # Subscribes (custom LLM and secret changes), then drops every cached project.
+            asyncio.create_task(supervise("custom-llm-sync", resources.custom_llms.sync.run)),
+            asyncio.create_task(
+                supervise(
+                    "custom-llm-reload",
+                    lambda: every(CUSTOM_LLM_RELOAD_SECONDS, resources.custom_llms.sync.reload),
+                )
+            ),
+            # Subscribes, then drops every cached project's override keys.
+            asyncio.create_task(supervise("override-sync", resources.override_sync.run)),
+            asyncio.create_task(
+                supervise(
+                    "override-reload",
+                    lambda: every(OVERRIDE_RELOAD_SECONDS, resources.override_sync.reload),
+                )
+            ),
+            # Subscribes, then marks every cached quota stale (entries also expire
+            # after a minute: the safety net under lost quotas.config events).
+            asyncio.create_task(supervise("quota-sync", resources.quota_sync.run)),
             asyncio.create_task(supervise("health-checker", resources.health_checker.run)),
             asyncio.create_task(supervise("failover-switch", resources.failover_control.run)),
             # Samples age out with time, not with requests: a profile nobody is sent
@@ -145,6 +168,7 @@ def build_lifespan(
             await _flush_last_used(resources)
             await resources.routing_sync.close()
             await resources.http_client.aclose()
+            await resources.custom_llms.close()
             # The SQLAlchemy plugin disposed the engine before this point (its
             # lifespan exits first); the flush above may have reopened a connection.
             await resources.db_config.get_engine().dispose()

@@ -22,9 +22,15 @@ from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
 from app.domain.backends.failover import FailoverControl
 from app.domain.backends.sync import RoutingConfigSync
+from app.domain.custom_llms.setup import CustomLlms, build_custom_llms
+from app.domain.gateway.admission import CallAdmission
 from app.domain.gateway.services import GatewayService
+from app.domain.overrides.index import OverrideIndex
+from app.domain.overrides.sync import OverrideSync, build_override_sync
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.sync import ProfileSync, build_profile_sync
+from app.domain.quotas.gate import QuotaGate
+from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_loader
 from app.domain.quotas.usage import UsageWriter
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.conversation_store import ConversationStore
@@ -79,9 +85,18 @@ class Resources:
     profile_catalog: ProfileCatalog
     """The runtime catalog and resolver (``resolve``, ``is_enabled_for``)."""
     profile_sync: ProfileSync
+    custom_llms: CustomLlms
+    """Project custom LLMs: ``directory`` (``target``, ``listing``), the SSRF-guarded
+    ``http`` pool for their calls; see ``app.domain.custom_llms.directory``."""
+    override_index: OverrideIndex
+    """BYO override keys from memory (``match``); see ``app.domain.overrides.index``."""
+    override_sync: OverrideSync
     health_checker: HealthChecker
     routing_sync: RoutingConfigSync
     usage_writer: UsageWriter
+    quota_gate: QuotaGate
+    """``await quota_gate.check(project_id)`` before an upstream call; see its module."""
+    quota_sync: QuotaSync
     routing: RoutingService
     gateway: GatewayService
     failover_control: FailoverControl
@@ -171,8 +186,21 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     )
     routing = RoutingService(registry, router)
     usage_writer = UsageWriter(db_config.get_engine(), flush_interval=settings.usage_flush_seconds)
+    metrics = HttpMetrics()
+    quota_sync = QuotaSync(QuotaLimitsCache(db_limits_loader(db_config)), event_bus)
+    quota_gate = QuotaGate(state_store, quota_sync.cache, registry=metrics.registry)
     profiles = ProfileTable()
     profile_sync = build_profile_sync(profiles, event_bus, db_config)
+    custom_llms = build_custom_llms(settings, db_config, vault, event_bus, profile_sync.catalog)
+    override_sync = build_override_sync(vault, event_bus, db_config)
+    admission = CallAdmission(
+        overrides=override_sync.index,
+        quotas=quota_gate,
+        custom=custom_llms.directory,
+        custom_http=custom_llms.http,
+        breaker_threshold=settings.breaker_failure_threshold,
+        breaker_open_seconds=settings.breaker_open_seconds,
+    )
 
     def on_failover_change(status: ProfileFailoverStatus) -> None:
         failover_control.status_changed(status)
@@ -217,6 +245,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         profile_table=profiles,
         profile_catalog=profile_sync.catalog,
         profile_sync=profile_sync,
+        custom_llms=custom_llms,
+        override_index=override_sync.index,
+        override_sync=override_sync,
         health_checker=HealthChecker(
             registry, event_bus, interval=settings.health_interval_seconds
         ),
@@ -224,8 +255,11 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
             registry=registry, aliases=aliases, bus=event_bus, vault=vault, db_config=db_config
         ),
         usage_writer=usage_writer,
+        quota_gate=quota_gate,
+        quota_sync=quota_sync,
+        metrics=metrics,
         routing=routing,
-        gateway=GatewayService(routing, usage_writer),
+        gateway=GatewayService(routing, usage_writer, admission),
         failover_control=failover_control,
         runtime_chat=RuntimeChatService(
             routing=routing,
@@ -234,5 +268,6 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
             failover=failover_policy,
             conversations=ConversationStore(db_config),
             usage=usage_writer,
+            admission=admission,
         ),
     )

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from app.lib.state.base import StateStore
+from app.lib.state.base import StateStore, WindowLimit
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
 
@@ -179,6 +179,147 @@ async def test_concurrent_incr_is_atomic(harness: Harness) -> None:
     replicas = [harness.state() for _ in range(3)]
     results = await asyncio.gather(*(replicas[i % 3].incr("n", ttl=30) for i in range(300)))
     assert sorted(results) == list(range(1, 301))
+
+
+def windows(*specs: tuple[str, int | None, float]) -> list[WindowLimit]:
+    return [WindowLimit(key, limit, ttl) for key, limit, ttl in specs]
+
+
+async def test_admit_windows_counts_every_window(store: StateStore) -> None:
+    spec = windows(("m", 3, 5), ("d", 10, 50), ("mo", None, 500))
+    for expected in (1, 2, 3):
+        d = await store.admit_windows(spec)
+        assert d.allowed
+        assert d.full == ()
+        assert [w.key for w in d.windows] == ["m", "d", "mo"]
+        assert [w.current for w in d.windows] == [expected] * 3
+        assert [w.limit for w in d.windows] == [3, 10, None]
+        assert all(w.fits and w.retry_after == 0 for w in d.windows)
+    assert await store.get("m") == b"3"
+    assert await store.get("mo") == b"3"
+
+
+async def test_admit_windows_refuses_all_or_nothing(store: StateStore) -> None:
+    spec = windows(("m", 2, 5), ("d", 10, 50))
+    assert (await store.admit_windows(spec)).allowed
+    assert (await store.admit_windows(spec)).allowed
+    refused = await store.admit_windows(spec)
+    assert not refused.allowed
+    minute, day = refused.windows
+    assert (minute.fits, minute.current, minute.limit) == (False, 2, 2)
+    assert 0 < minute.retry_after <= 5
+    # The window with room is reported unchanged and was not incremented.
+    assert (day.fits, day.current, day.retry_after) == (True, 2, 0)
+    assert refused.full == (minute,)
+    assert await store.get("d") == b"2"
+
+
+async def test_admit_windows_reports_every_full_window(store: StateStore) -> None:
+    spec = windows(("a", 1, 5), ("b", 1, 50), ("c", 5, 50))
+    assert (await store.admit_windows(spec)).allowed
+    refused = await store.admit_windows(spec)
+    assert [w.fits for w in refused.windows] == [False, False, True]
+    a, b, _ = refused.windows
+    assert 0 < a.retry_after <= 5
+    assert 5 < b.retry_after <= 50
+
+
+async def test_admit_windows_amount_and_zero_limit(store: StateStore) -> None:
+    assert (await store.admit_windows(windows(("w", 10, 5)), amount=7)).allowed
+    refused = await store.admit_windows(windows(("w", 10, 5)), amount=4)
+    assert not refused.allowed
+    assert refused.windows[0].current == 7
+    assert (await store.admit_windows(windows(("w", 10, 5)), amount=3)).windows[0].current == 10
+
+    # A zero limit admits nothing and creates no key; the hint is a whole window.
+    zero = await store.admit_windows(windows(("z", 0, 5), ("other", None, 5)))
+    assert not zero.allowed
+    assert zero.windows[0].retry_after == pytest.approx(5, abs=0.01)
+    assert not await store.exists("z")
+    assert not await store.exists("other")
+
+
+async def test_admit_windows_each_window_keeps_its_own_ttl(store: StateStore) -> None:
+    spec = windows(("short", 1, TTL), ("long", 5, 30))
+    assert (await store.admit_windows(spec)).allowed
+    refused = await store.admit_windows(spec)
+    assert not refused.allowed
+    assert 0 < refused.windows[0].retry_after <= TTL + 1e-6
+    await asyncio.sleep(PAST_TTL)
+    d = await store.admit_windows(spec)
+    assert d.allowed
+    assert [w.current for w in d.windows] == [1, 2]
+
+
+async def test_admit_windows_ttl_applies_only_at_creation(store: StateStore) -> None:
+    assert (await store.admit_windows(windows(("w", 9, TTL)))).allowed
+    await asyncio.sleep(TTL / 2)
+    assert (await store.admit_windows(windows(("w", 9, 30)))).windows[0].current == 2
+    await asyncio.sleep(PAST_TTL - TTL / 2)
+    assert (await store.admit_windows(windows(("w", 9, 30)))).windows[0].current == 1
+
+
+async def test_admit_windows_repairs_window_without_expiry(store: StateStore) -> None:
+    await store.set("w", b"5")
+    refused = await store.admit_windows(windows(("w", 5, TTL), ("x", None, TTL)))
+    assert not refused.allowed
+    assert 0 < refused.windows[0].retry_after <= TTL + 1e-6
+    await asyncio.sleep(PAST_TTL)
+    assert (await store.admit_windows(windows(("w", 5, TTL)))).allowed
+
+
+async def test_admit_windows_shares_counters_with_admit(store: StateStore) -> None:
+    assert (await store.admit("w", 4, limit=5, window=5)).allowed
+    assert not (await store.admit_windows(windows(("w", 4, 5)))).allowed
+    assert (await store.admit_windows(windows(("w", 5, 5)))).windows[0].current == 5
+
+
+async def test_admit_windows_rejects_bad_arguments(store: StateStore) -> None:
+    with pytest.raises(ValueError, match="amount"):
+        await store.admit_windows(windows(("w", 1, 5)), amount=0)
+    with pytest.raises(ValueError, match="twice"):
+        await store.admit_windows(windows(("w", 1, 5), ("w", 2, 5)))
+    with pytest.raises(ValueError, match="ttl"):
+        await store.admit_windows(windows(("w", 1, 0)))
+    with pytest.raises(ValueError, match="limit"):
+        await store.admit_windows(windows(("w", -1, 5)))
+    assert not await store.exists("w")
+    empty = await store.admit_windows([])
+    assert empty.allowed
+    assert empty.windows == ()
+
+
+async def test_concurrent_admit_windows_never_over_admits(harness: Harness) -> None:
+    # 300 callers on three replicas; the day window (30) binds before the minute (100).
+    replicas = [harness.state() for _ in range(3)]
+    spec = windows(("q:m", 100, 30), ("q:d", 30, 60), ("q:mo", None, 60))
+    decisions = await asyncio.gather(*(replicas[i % 3].admit_windows(spec) for i in range(300)))
+    allowed = [d for d in decisions if d.allowed]
+    assert len(allowed) == 30
+    assert sorted(d.windows[1].current for d in allowed) == list(range(1, 31))
+    # Refusals incremented nothing: every window holds exactly the admitted count.
+    for key in ("q:m", "q:d", "q:mo"):
+        assert await replicas[0].get(key) == b"30"
+    for d in decisions:
+        if not d.allowed:
+            assert [w.fits for w in d.windows] == [True, False, True]
+
+
+async def test_concurrent_admit_windows_shared_window_is_all_or_nothing(
+    harness: Harness,
+) -> None:
+    # Ten tenants with their own roomy window share one small window: any partial
+    # increment would leave the tenants' counts summing past the shared count.
+    replicas = [harness.state() for _ in range(3)]
+    calls = [
+        replicas[i % 3].admit_windows(windows((f"t{i % 10}", 25, 30), ("shared", 40, 30)))
+        for i in range(200)
+    ]
+    decisions = await asyncio.gather(*calls)
+    assert sum(d.allowed for d in decisions) == 40
+    per_tenant = [int(await replicas[0].get(f"t{n}") or b"0") for n in range(10)]
+    assert sum(per_tenant) == 40
+    assert await replicas[0].get("shared") == b"40"
 
 
 async def test_samples_bounded_and_ordered(store: StateStore) -> None:

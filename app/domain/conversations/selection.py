@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from app.domain.custom_llms.services import LLM_ID_PREFIX
 from app.lib.errors import BadRequestError, NotFoundError
 from app.routing.profiles import ProfileTable
 
@@ -59,6 +60,10 @@ def choose_profile(
             )
     if value is None or isinstance(value, msgspec.UnsetType):
         return ProfileChoice(given=True, profile_id=None, param=param)
+    if value.startswith(LLM_ID_PREFIX):
+        # A project's custom LLM: checked against the project's own list at chat time
+        # (the profile table does not hold them).
+        return ProfileChoice(given=True, profile_id=value, param=param)
     profile = table.get(value)
     if profile is None:
         raise NotFoundError(

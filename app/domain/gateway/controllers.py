@@ -17,8 +17,7 @@ class GatewayController(Controller):
 
     @get("/models")
     async def models(self, gateway_call: GatewayCall) -> dict[str, Any]:
-        listed = gateway_call.gateway.routing.list_models()
-        return model_list([(m.id, m.owned_by) for m in listed])
+        return model_list(await gateway_call.gateway.list_models(gateway_call.caller))
 
     @get("/health")
     async def health(self, gateway_call: GatewayCall) -> dict[str, Any]:

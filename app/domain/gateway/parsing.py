@@ -98,11 +98,27 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> GatewayRequest:
     return request
 
 
-def model_list(models: list[tuple[str, str]]) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [
-            {"id": model, "object": "model", "created": 0, "owned_by": owner}
-            for model, owner in models
-        ],
-    }
+@dataclass(frozen=True, slots=True)
+class ListedModelOut:
+    id: str
+    owned_by: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    """Token limits, for a project's custom LLMs (the shared pool does not know them)."""
+
+
+def model_list(models: list[ListedModelOut]) -> dict[str, Any]:
+    data: list[dict[str, Any]] = []
+    for model in models:
+        entry: dict[str, Any] = {
+            "id": model.id,
+            "object": "model",
+            "created": 0,
+            "owned_by": model.owned_by,
+        }
+        if model.context_window is not None:
+            entry["context_window"] = model.context_window
+        if model.max_output_tokens is not None:
+            entry["max_output_tokens"] = model.max_output_tokens
+        data.append(entry)
+    return {"object": "list", "data": data}

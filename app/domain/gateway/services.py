@@ -13,7 +13,8 @@ from uuid import UUID
 import structlog
 
 from app.domain.accounts.principals import ApiKeyPrincipal, Principal, UserPrincipal
-from app.domain.gateway.parsing import Endpoint, GatewayRequest
+from app.domain.gateway.admission import Admission, CallAdmission
+from app.domain.gateway.parsing import Endpoint, GatewayRequest, ListedModelOut
 from app.domain.quotas.usage import UsageEntry, UsageWriter
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError, PermissionDeniedError
@@ -64,19 +65,35 @@ class Metered:
     status: int = 200
     error_code: str | None = None
     ttft_ms: int | None = None
+    is_custom: bool = False
+    is_override_key: bool = False
+
+    def admitted(self, admission: Admission) -> None:
+        self.is_custom, self.is_override_key = admission.is_custom, admission.is_override_key
 
 
 class GatewayService:
-    def __init__(self, routing: RoutingService, usage: UsageWriter) -> None:
+    def __init__(
+        self, routing: RoutingService, usage: UsageWriter, admission: CallAdmission
+    ) -> None:
         self.routing = routing
         self.usage = usage
+        self.admission = admission
 
-    def _hints(self, caller: Caller, request: GatewayRequest) -> RouteHints:
+    async def list_models(self, caller: Caller) -> list[ListedModelOut]:
+        shared = [ListedModelOut(m.id, m.owned_by) for m in self.routing.list_models()]
+        return shared + await self.admission.custom_models(caller.project_id)
+
+    def _hints(self, caller: Caller, request: GatewayRequest, admission: Admission) -> RouteHints:
         return RouteHints(
             provider=request.provider,
             conversation_id=request.conversation_id,
             affinity_scope=caller.scope,
+            api_key=admission.api_key,
         )
+
+    async def _admit(self, caller: Caller, request: GatewayRequest) -> Admission:
+        return await self.admission.admit(caller.project_id, request.conversation_id, request.model)
 
     def _begin(self, caller: Caller, request: GatewayRequest, endpoint: Endpoint) -> Metered:
         return Metered(
@@ -93,12 +110,12 @@ class GatewayService:
     ) -> CallOutcome:
         """A non-streaming chat completion or an embedding."""
         metered = self._begin(caller, request, endpoint)
-        hints = self._hints(caller, request)
         try:
-            if endpoint == "chat":
-                outcome = await self.routing.chat(request.model, request.body, hints)
-            else:
-                outcome = await self.routing.embed(request.model, request.body, hints)
+            admission = await self._admit(caller, request)
+            metered.admitted(admission)
+            hints = self._hints(caller, request, admission)
+            call = self.routing.chat if endpoint == "chat" else self.routing.embed
+            outcome = await call(admission.model, request.body, hints, target=admission.target)
         except AronaError as exc:
             metered.status, metered.error_code = exc.status_code, exc.code
             self._record(metered)
@@ -114,11 +131,14 @@ class GatewayService:
         """Open the upstream stream (errors before it starts raise normally)."""
         metered = self._begin(caller, request, "chat")
         try:
+            admission = await self._admit(caller, request)
+            metered.admitted(admission)
             relay = await self.routing.open_chat_stream(
-                request.model,
+                admission.model,
                 request.body,
-                self._hints(caller, request),
+                self._hints(caller, request, admission),
                 include_usage=request.include_usage,
+                target=admission.target,
             )
         except AronaError as exc:
             metered.status, metered.error_code = exc.status_code, exc.code
@@ -170,6 +190,8 @@ class GatewayService:
                     latency_ms=int((self.routing.clock() - metered.started) * 1000),
                     ttft_ms=metered.ttft_ms,
                     conversation_id=metered.conversation_id,
+                    is_custom=metered.is_custom,
+                    is_override_key=metered.is_override_key,
                     created_at=utcnow(),
                 )
             )

@@ -17,16 +17,19 @@ What the runtime chat calls::
     allowed = await profile_catalog.is_enabled_for(project_id, profile_id)
 
 Extension point: the catalog is built in ``ProfileCatalog._build`` from the profile
-table alone. Project custom LLMs (``custom:<name>``) join there: another source of
-``LlmOut`` entries appended after the profiles, whose changes call
+table and the entries of an extra source (``attach_source``), read with the settings
+on a miss and appended after the profiles. Project custom LLMs (``custom:<name>``,
+``app.domain.custom_llms``) are that source; their changes call
 ``invalidate_project`` (locally and from their own sync events) like settings do.
+Extra entries are shown only: ``resolve``, ``is_enabled_for`` and the default pick
+profiles alone (a ``custom:<name>`` call is served from the custom LLM directory).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -55,6 +58,8 @@ class ProjectModels:
 
 
 SettingsLoader = Callable[[UUID], Awaitable[ProjectModels]]
+ExtraSource = Callable[[UUID], Awaitable[Sequence[LlmOut]]]
+"""More catalog entries of a project, shown after its profiles (its custom LLMs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,8 @@ class CatalogEntry:
     table_version: int
     catalog: LlmCatalog
     enabled_ids: frozenset[str]
+    extra: tuple[LlmOut, ...] = ()
+    """The extra source's entries, kept to rebuild without reading them again."""
 
 
 class ProfileCatalog:
@@ -83,6 +90,12 @@ class ProfileCatalog:
         self._loading: dict[UUID, asyncio.Task[CatalogEntry]] = {}
         # Bumped by every invalidation: a read that started before one is not cached.
         self._epoch = 0
+        self._extra: ExtraSource | None = None
+
+    def attach_source(self, source: ExtraSource) -> None:
+        """Append ``source``'s entries to every project's catalog from now on."""
+        self._extra = source
+        self.invalidate_all()
 
     # ------------------------------------------------------------------ reading
 
@@ -157,7 +170,7 @@ class ProfileCatalog:
             entry = await asyncio.shield(self._load(project_id))
         if entry.table_version != self._table.version:
             # Profiles changed since: rebuild from the cached settings (no database).
-            fresh = self._build(project_id, entry.settings)
+            fresh = self._build(project_id, entry.settings, entry.extra)
             if self._entries.get(project_id) is entry:
                 self._entries[project_id] = fresh
             entry = fresh
@@ -173,7 +186,8 @@ class ProfileCatalog:
 
     async def _read(self, project_id: UUID, epoch: int) -> CatalogEntry:
         settings = await self._loader(project_id)
-        entry = self._build(project_id, settings)
+        extra = tuple(await self._extra(project_id)) if self._extra is not None else ()
+        entry = self._build(project_id, settings, extra)
         if epoch == self._epoch:
             self._store(project_id, entry)
         return entry
@@ -189,9 +203,11 @@ class ProfileCatalog:
             del self._entries[next(iter(self._entries))]
         self._entries[project_id] = entry
 
-    def _build(self, project_id: UUID, settings: ProjectModels) -> CatalogEntry:
+    def _build(
+        self, project_id: UUID, settings: ProjectModels, extra: tuple[LlmOut, ...] = ()
+    ) -> CatalogEntry:
         """The project's catalog: every profile by id, ``enabled`` where both the
-        platform and the project allow it. (Custom LLMs will be appended here.)"""
+        platform and the project allow it, then the ``extra`` entries (custom LLMs)."""
         version = self._table.version
         llms: list[LlmOut] = []
         enabled: list[str] = []
@@ -211,6 +227,7 @@ class ProfileCatalog:
                     tags=sorted(profile.tags),
                 )
             )
+        llms.extend(extra)
         enabled_ids = frozenset(enabled)
         default = settings.default_profile_id
         if default not in enabled_ids:
@@ -222,5 +239,9 @@ class ProfileCatalog:
             refreshed_at=int(self._clock() * 1000),
         )
         return CatalogEntry(
-            settings=settings, table_version=version, catalog=catalog, enabled_ids=enabled_ids
+            settings=settings,
+            table_version=version,
+            catalog=catalog,
+            enabled_ids=enabled_ids,
+            extra=extra,
         )

@@ -22,16 +22,24 @@ The order of a call:
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
 from uuid import UUID
 
 import structlog
 
-from app.domain.conversations.messages import NewMessage, validate_messages
+from app.domain.conversations.messages import validate_messages
 from app.domain.conversations.selection import choose_profile
+from app.domain.custom_llms.directory import parse_llm_id
+from app.domain.gateway.admission import CallAdmission
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.quotas.usage import UsageEntry, UsageWriter
 from app.domain.runtime.conversation_store import ChatHistory, ConversationStore
+from app.domain.runtime.prepared import (
+    ChatReply,
+    Failover,
+    Outcome,
+    PreparedChat,
+    custom_profile,
+)
 from app.domain.runtime.schemas import RuntimeChatRequest
 from app.domain.runtime.transcript import Transcript, completion_message
 from app.domain.runtime.upstream_body import check_capabilities, upstream_body
@@ -41,63 +49,13 @@ from app.lib.sse import DONE, error_frame
 from app.routing.failover import Availability, FailoverPolicy
 from app.routing.profiles import Profile, ProfileTable
 from app.routing.service import RelayedStream, RoutingService
-from app.routing.types import RawBody, RouteHints, Usage
+from app.routing.types import RouteHints
 
 logger = structlog.get_logger()
 ENDPOINT = "runtime_chat"
 CLIENT_CLOSED_STATUS = 499
 PIN_UPSTREAM_DROPPED = "upstream_dropped"
 PIN_CLIENT_DISCONNECTED = "client_disconnected"
-
-
-@dataclass(frozen=True, slots=True)
-class Failover:
-    """Why the profile that serves differs from the one asked for."""
-
-    kind: str
-    """``latency`` (non-sticky redirect) or ``pin`` (sticky fallback)."""
-    from_profile: str
-
-    @property
-    def header(self) -> str:
-        return f"{self.kind}; from={self.from_profile}"
-
-
-@dataclass(slots=True)
-class PreparedChat:
-    project_id: UUID
-    history: ChatHistory
-    requested_profile: str
-    profile: Profile
-    failover: Failover | None
-    body: RawBody
-    new_turns: list[NewMessage]
-    stream: bool
-    started: float
-
-    @property
-    def conversation_id(self) -> UUID:
-        return self.history.conversation_id
-
-
-@dataclass(slots=True)
-class ChatReply:
-    """Headers to answer with, and either a complete JSON body or an SSE stream."""
-
-    headers: list[tuple[bytes, bytes]]
-    body: bytes = b""
-    events: AsyncGenerator[bytes, None] | None = None
-
-
-@dataclass(slots=True)
-class _Outcome:
-    status: int = 200
-    error_code: str | None = None
-    backend: str | None = None
-    served_model: str | None = None
-    usage: Usage = field(default_factory=Usage)
-    ttft_ms: int | None = None
-    upstream_started: float = 0.0
 
 
 class RuntimeChatService:
@@ -110,7 +68,9 @@ class RuntimeChatService:
         failover: FailoverPolicy,
         conversations: ConversationStore,
         usage: UsageWriter,
+        admission: CallAdmission,
     ) -> None:
+        self._admission = admission
         self._routing = routing
         self._profiles = profiles
         self._catalog = catalog
@@ -134,22 +94,32 @@ class RuntimeChatService:
         )
         history = await self._conversations.load(project_id, request.conversation_id)
         requested = choice.profile_id or history.model_profile_id
-        profile = await self._catalog.resolve(project_id, requested)
-        failover: Failover | None = None
-        pinned = await self._pinned_target(project_id, history, profile)
-        if pinned is not None:
-            failover = Failover("pin", profile.id)
-            profile = pinned
-        decision = self._failover.route(
-            profile,
-            priority=history.priority,
-            available=await self._available_links(project_id, profile),
-        )
-        if decision.redirected_from is not None and failover is None:
-            failover = Failover("latency", decision.redirected_from)
-        profile = decision.profile
         new_turns = [m.to_openai() for m in request.messages]
-        check_capabilities(profile, request, new_turns)
+        conversation = str(history.conversation_id)
+        failover: Failover | None = None
+        if requested is not None and parse_llm_id(requested) is not None:
+            # The project's own endpoint: no profile policies, no shared pool.
+            admission = await self._admission.admit(project_id, conversation, requested)
+            profile = custom_profile(requested, admission)
+        else:
+            profile = await self._catalog.resolve(project_id, requested)
+            pinned = await self._pinned_target(project_id, history, profile)
+            if pinned is not None:
+                failover = Failover("pin", profile.id)
+                profile = pinned
+            decision = self._failover.route(
+                profile,
+                priority=history.priority,
+                available=await self._available_links(project_id, profile),
+            )
+            if decision.redirected_from is not None and failover is None:
+                failover = Failover("latency", decision.redirected_from)
+            profile = decision.profile
+            check_capabilities(profile, request, new_turns)
+            # Last: a refused request must not spend quota.
+            admission = await self._admission.admit(
+                project_id, conversation, profile.base_model, also_known_as=(profile.id,)
+            )
         return PreparedChat(
             project_id=project_id,
             history=history,
@@ -160,6 +130,7 @@ class RuntimeChatService:
             new_turns=turns,
             stream=request.stream,
             started=started,
+            admission=admission,
         )
 
     async def _pinned_target(
@@ -206,6 +177,7 @@ class RuntimeChatService:
             conversation_id=str(prepared.conversation_id),
             affinity_scope=str(prepared.project_id),
             tags=prepared.profile.tags,
+            api_key=prepared.admission.api_key,
         )
 
     def _headers(self, prepared: PreparedChat, backend: str) -> list[tuple[bytes, bytes]]:
@@ -225,10 +197,13 @@ class RuntimeChatService:
         return await self._complete(prepared)
 
     async def _complete(self, prepared: PreparedChat) -> ChatReply:
-        outcome = _Outcome()
+        outcome = Outcome()
         try:
             result = await self._routing.chat(
-                prepared.profile.base_model, prepared.body, self._hints(prepared)
+                prepared.profile.base_model,
+                prepared.body,
+                self._hints(prepared),
+                target=prepared.admission.target,
             )
         except AronaError as exc:
             outcome.status, outcome.error_code = exc.status_code, exc.code
@@ -256,13 +231,14 @@ class RuntimeChatService:
         return ChatReply(headers=self._headers(prepared, result.backend), body=result.content)
 
     async def _open_stream(self, prepared: PreparedChat) -> ChatReply:
-        outcome = _Outcome(upstream_started=self._routing.clock())
+        outcome = Outcome(upstream_started=self._routing.clock())
         try:
             relay = await self._routing.open_chat_stream(
                 prepared.profile.base_model,
                 prepared.body,
                 self._hints(prepared),
                 include_usage=True,
+                target=prepared.admission.target,
             )
         except AronaError as exc:
             outcome.status, outcome.error_code = exc.status_code, exc.code
@@ -285,7 +261,7 @@ class RuntimeChatService:
         )
 
     async def _relay(
-        self, prepared: PreparedChat, relay: RelayedStream, outcome: _Outcome
+        self, prepared: PreparedChat, relay: RelayedStream, outcome: Outcome
     ) -> AsyncGenerator[bytes, None]:
         transcript = Transcript()
         finished = False
@@ -362,7 +338,7 @@ class RuntimeChatService:
         )
         return f"conversation pinned to profile {fallback}"
 
-    def _meter(self, prepared: PreparedChat, outcome: _Outcome) -> None:
+    def _meter(self, prepared: PreparedChat, outcome: Outcome) -> None:
         try:
             self._usage.record(
                 UsageEntry(
@@ -382,6 +358,8 @@ class RuntimeChatService:
                     ttft_ms=outcome.ttft_ms,
                     conversation_id=str(prepared.conversation_id),
                     model_profile_id=prepared.profile.id,
+                    is_custom=prepared.admission.is_custom,
+                    is_override_key=prepared.admission.is_override_key,
                     created_at=utcnow(),
                 )
             )

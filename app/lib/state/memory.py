@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.lib.state.base import WindowDecision
+from app.lib.state.base import (
+    MultiWindowDecision,
+    WindowCount,
+    WindowDecision,
+    WindowLimit,
+    check_windows,
+)
 
 Clock = Callable[[], float]
 
@@ -129,6 +135,43 @@ class MemoryStateStore:
         else:
             entry.value = b"%d" % current
         return WindowDecision(True, current, limit, 0.0)
+
+    async def admit_windows(
+        self, windows: Sequence[WindowLimit], amount: int = 1
+    ) -> MultiWindowDecision:
+        check_windows(windows, amount)
+        if not windows:
+            return MultiWindowDecision(True, ())
+        now = self._write_clock()
+        # First pass reads (and repairs windows without expiry, as ``admit`` does);
+        # the second writes only if every window has room. No await in between.
+        seen: list[tuple[WindowLimit, _Entry | None, int]] = []
+        for window in windows:
+            entry = self._live(window.key, now)
+            raw = self._bytes(window.key, entry)
+            current = 0 if raw is None else int(raw)
+            if entry is not None and entry.expires_at is None:
+                entry.expires_at = now + window.ttl
+            seen.append((window, entry, current))
+        fits = [w.limit is None or current + amount <= w.limit for w, _, current in seen]
+        if not all(fits):
+            counts = []
+            for (window, entry, current), room in zip(seen, fits, strict=True):
+                retry = 0.0
+                if not room:
+                    ends = now + window.ttl if entry is None else entry.expires_at
+                    retry = (now + window.ttl if ends is None else ends) - now
+                counts.append(WindowCount(window.key, room, current, window.limit, retry))
+            return MultiWindowDecision(False, tuple(counts))
+        admitted = []
+        for window, entry, current in seen:
+            new = current + amount
+            if entry is None:
+                self._entries[window.key] = _Entry(b"%d" % new, now + window.ttl)
+            else:
+                entry.value = b"%d" % new
+            admitted.append(WindowCount(window.key, True, new, window.limit, 0.0))
+        return MultiWindowDecision(True, tuple(admitted))
 
     async def push_sample(self, key: str, value: float, max_samples: int) -> None:
         if max_samples < 1:

@@ -1,20 +1,27 @@
 """Cluster ``StateStore`` on Redis: every operation is one command or one Lua script.
 
-Multi-step operations (``incr`` with a creation TTL, ``admit``) run as Lua because
-a read-then-write from Python would let two replicas both see room in a window and
-both admit. Scripts are sent with EVALSHA (redis-py reloads them after a restart).
+Multi-step operations (``incr`` with a creation TTL, ``admit``, ``admit_windows``) run
+as Lua because a read-then-write from Python would let two replicas both see room in a
+window and both admit. Scripts are sent with EVALSHA (redis-py reloads them after a restart).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from typing import Any, Self, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.lib.state.base import WindowDecision
+from app.lib.state.base import (
+    MultiWindowDecision,
+    WindowCount,
+    WindowDecision,
+    WindowLimit,
+    check_windows,
+)
 
 # KEYS[1]=counter; ARGV: amount, ttl_ms ("" for none). TTL only when this call creates the key.
 _INCR = """
@@ -56,6 +63,65 @@ end
 return {1, current, 0}
 """
 
+# KEYS = the windows; ARGV: amount, then per window: limit (-1 = none), window_ms.
+# Reads every window first (repairing keys without expiry, as _ADMIT does) and writes
+# only when all have room. Returns {allowed, then per window: fits, current, retry_ms}.
+# In a Redis Cluster the keys must share a hash slot (callers use a {hash tag}).
+_ADMIT_WINDOWS = """
+local amount = tonumber(ARGV[1])
+local n = #KEYS
+local currents, ttls, fits = {}, {}, {}
+local allowed = 1
+for i = 1, n do
+  local limit = tonumber(ARGV[2 * i])
+  local window_ms = tonumber(ARGV[2 * i + 1])
+  local current = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if current == nil then
+    return redis.error_reply('window key ' .. KEYS[i] .. ' does not hold an integer')
+  end
+  local ttl = redis.call('PTTL', KEYS[i])
+  if ttl == -1 then
+    redis.call('PEXPIRE', KEYS[i], window_ms)
+    ttl = window_ms
+  end
+  currents[i] = current
+  ttls[i] = ttl
+  if limit >= 0 and current + amount > limit then
+    fits[i] = 0
+    allowed = 0
+  else
+    fits[i] = 1
+  end
+end
+local out = {allowed}
+for i = 1, n do
+  local window_ms = tonumber(ARGV[2 * i + 1])
+  if allowed == 1 then
+    local current = redis.call('INCRBY', KEYS[i], amount)
+    if ttls[i] == -2 then
+      redis.call('PEXPIRE', KEYS[i], window_ms)
+    end
+    out[#out + 1] = 1
+    out[#out + 1] = current
+    out[#out + 1] = 0
+  else
+    local retry = 0
+    if fits[i] == 0 then
+      retry = ttls[i]
+      if retry == -2 then
+        retry = window_ms
+      elseif retry < 1 then
+        retry = 1
+      end
+    end
+    out[#out + 1] = fits[i]
+    out[#out + 1] = currents[i]
+    out[#out + 1] = retry
+  end
+end
+return out
+"""
+
 _PING_TIMEOUT = 2.0
 
 
@@ -82,6 +148,7 @@ class RedisStateStore:
         self._owns_client = owns_client
         self._incr = client.register_script(_INCR)
         self._admit = client.register_script(_ADMIT)
+        self._admit_windows = client.register_script(_ADMIT_WINDOWS)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "arona:", **client_kwargs: Any) -> Self:
@@ -128,6 +195,28 @@ class RedisStateStore:
             keys=[self._key(key)], args=[amount, limit, window_ms]
         )
         return WindowDecision(bool(allowed), int(current), limit, int(retry_ms) / 1000)
+
+    async def admit_windows(
+        self, windows: Sequence[WindowLimit], amount: int = 1
+    ) -> MultiWindowDecision:
+        check_windows(windows, amount)
+        if not windows:
+            return MultiWindowDecision(True, ())
+        args: list[int] = [amount]
+        for window in windows:
+            args += [-1 if window.limit is None else window.limit, _ms(window.ttl, "ttl")]
+        reply = await self._admit_windows(keys=[self._key(w.key) for w in windows], args=args)
+        counts = tuple(
+            WindowCount(
+                window.key,
+                bool(reply[1 + 3 * i]),
+                int(reply[2 + 3 * i]),
+                window.limit,
+                int(reply[3 + 3 * i]) / 1000,
+            )
+            for i, window in enumerate(windows)
+        )
+        return MultiWindowDecision(bool(reply[0]), counts)
 
     async def push_sample(self, key: str, value: float, max_samples: int) -> None:
         if max_samples < 1:

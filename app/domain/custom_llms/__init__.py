@@ -1,0 +1,1 @@
+"""Project custom LLMs: Bob and Custom templates, served as ``custom:<name>``."""

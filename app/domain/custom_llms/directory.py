@@ -1,0 +1,277 @@
+"""Project custom LLMs for the routing side, served from memory.
+
+API for the gateway and the runtime chat (``custom:<name>``)
+============================================================
+
+One directory per process: ``resources.custom_llms.directory`` (the DI name of the
+bundle is ``custom_llms``; see ``app.domain.custom_llms.setup``)::
+
+    from app.domain.custom_llms.directory import CustomTarget, parse_llm_id
+
+    name = parse_llm_id(model)          # "custom:bob" -> "bob"; else None
+    target = await directory.target(project_id, name)   # CustomTarget | None
+    if target is None or not target.enabled:
+        ...                              # 404 model_not_found (a disabled one too)
+    backend = OpenAICompatibleBackend(target.backend_spec(), resources.custom_llms.http)
+
+- ``async target(project_id: UUID, name: str) -> CustomTarget | None``: everything a
+  call needs: ``base_url``, ``model`` (the upstream's model name), ``auth_scheme``,
+  ``api_key`` (decrypted; None for ``none``), ``max_input_tokens``,
+  ``max_output_tokens``, ``enabled``, ``provider``, and ``backend_spec()`` /
+  ``auth_headers()`` built from them. None when the project has no such custom LLM
+  (another project's included). Disabled ones are returned with ``enabled=False``.
+  Raises ``AronaError``\\s when the key cannot be had: ``secret_not_found`` (404),
+  ``secret_unreadable`` (500), ``custom_llm_key_unreadable`` (500).
+- ``async listing(project_id: UUID) -> list[CustomListing]``: the enabled ones, by
+  name (``llm_id``, ``name``, ``provider``, ``model``, token limits,
+  ``context_window_tokens``), for catalogs and ``/v1/models``.
+- Call the upstream through ``resources.custom_llms.http`` (the SSRF-guarded pool,
+  ``app.lib.http.GuardedUpstreamHttp``), never the platform pool: the guard is at
+  connection time, so a base URL whose DNS now points inside is refused on every
+  call. Single target, no failover; retry only on network errors (DESIGN.md step 2).
+
+Cost: the first call for a project reads all its custom LLMs in one query; the first
+call of each one opens its key (a secret: one primary-key query; a stored key: a
+decryption). After that, no database query until an invalidation. Concurrent misses
+share one read. At most ``max_projects`` projects are kept (the oldest is dropped).
+
+Invalidation (``CustomLlmSync``): a write drops the project here and in the catalog,
+locally at once and on other replicas over ``custom_llms.changed``; a
+``secrets.changed`` event (rotation, deletion) drops the project's cached entry, so
+its next call reveals the new value, on every replica. A read that started before
+an invalidation is never cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from app.domain.custom_llms.services import LLM_ID_PREFIX, StoredLlm, llm_id
+from app.domain.custom_llms.templates import context_window_tokens
+from app.routing.backends.openai import auth_headers
+from app.routing.types import AuthScheme, BackendSpec
+
+DEFAULT_MAX_PROJECTS = 10_000
+
+ProjectLoader = Callable[[UUID], Awaitable[Sequence[StoredLlm]]]
+SecretReveal = Callable[[UUID, UUID], Awaitable[str]]
+"""``(project_id, secret_id) -> plaintext`` (``SecretResolver.reveal``)."""
+KeyOpener = Callable[[StoredLlm], str]
+"""A stored key's plaintext (``services.open_key`` with the vault)."""
+
+
+def parse_llm_id(model: str) -> str | None:
+    """The custom LLM name in a model id (``custom:bob`` -> ``bob``), or None."""
+    if model.startswith(LLM_ID_PREFIX):
+        return model[len(LLM_ID_PREFIX) :] or None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CustomTarget:
+    """One custom LLM, ready to call. Its ``api_key`` is plaintext: never log it."""
+
+    project_id: UUID
+    id: UUID
+    name: str
+    llm_id: str
+    """``custom:<name>``."""
+    template: str
+    base_url: str
+    model: str
+    """The model name sent upstream (Bob: ``premium``)."""
+    auth_scheme: AuthScheme
+    api_key: str | None = field(repr=False)
+    provider: str
+    max_input_tokens: int
+    max_output_tokens: int
+    enabled: bool
+
+    @property
+    def context_window_tokens(self) -> int:
+        return context_window_tokens(self.max_input_tokens, self.max_output_tokens)
+
+    def auth_headers(self) -> dict[str, str]:
+        """The header carrying the key, as the OpenAI-compatible adapter sends it."""
+        return auth_headers(self.auth_scheme, self.api_key)
+
+    def backend_spec(self) -> BackendSpec:
+        """For ``OpenAICompatibleBackend(spec, resources.custom_llms.http)``; the
+        backend name is the model id, ``custom:<name>``."""
+        return BackendSpec(
+            name=self.llm_id,
+            kind="external",
+            url=self.base_url,
+            api_key=self.api_key,
+            models=(self.model,),
+            auth_scheme=self.auth_scheme,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CustomListing:
+    """An enabled custom LLM as catalogs show it (no key, no URL)."""
+
+    llm_id: str
+    name: str
+    provider: str
+    model: str
+    max_input_tokens: int
+    max_output_tokens: int
+
+    @property
+    def context_window_tokens(self) -> int:
+        return context_window_tokens(self.max_input_tokens, self.max_output_tokens)
+
+
+class _Project:
+    """One project's cached custom LLMs; replaced, never edited, on invalidation
+    (except ``targets``/``opening``, filled as keys are opened)."""
+
+    __slots__ = ("listing", "opening", "rows", "targets")
+
+    def __init__(self, rows: Sequence[StoredLlm]) -> None:
+        self.rows = {row.name: row for row in rows}
+        self.listing = [
+            CustomListing(
+                llm_id=llm_id(row.name),
+                name=row.name,
+                provider=row.provider,
+                model=row.model,
+                max_input_tokens=row.max_input_tokens,
+                max_output_tokens=row.max_output_tokens,
+            )
+            for row in sorted(rows, key=lambda r: r.name)
+            if row.enabled
+        ]
+        self.targets: dict[str, CustomTarget] = {}
+        self.opening: dict[str, asyncio.Task[CustomTarget]] = {}
+
+
+class CustomLlmDirectory:
+    def __init__(
+        self,
+        loader: ProjectLoader,
+        *,
+        reveal: SecretReveal,
+        open_key: KeyOpener,
+        max_projects: int = DEFAULT_MAX_PROJECTS,
+    ) -> None:
+        self._loader = loader
+        self._reveal = reveal
+        self._open_key = open_key
+        self._max_projects = max_projects
+        self._entries: dict[UUID, _Project] = {}
+        # One database read per project at a time, shared by concurrent misses.
+        self._loading: dict[UUID, asyncio.Task[_Project]] = {}
+        # Bumped by every invalidation: a read that started before one is not cached.
+        self._epoch = 0
+
+    # ------------------------------------------------------------------ reading
+
+    async def target(self, project_id: UUID, name: str) -> CustomTarget | None:
+        entry = await self._entry(project_id)
+        found = entry.targets.get(name)
+        if found is not None:
+            return found
+        row = entry.rows.get(name)
+        if row is None:
+            return None
+        task = entry.opening.get(name)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(project_id, entry, row))
+            entry.opening[name] = task
+            task.add_done_callback(lambda done: _opened(entry, name, done))
+        return await asyncio.shield(task)
+
+    async def listing(self, project_id: UUID) -> list[CustomListing]:
+        return list((await self._entry(project_id)).listing)
+
+    async def open(self, llm: StoredLlm) -> CustomTarget:
+        """A target for a row just read from the database, key opened, not cached
+        (the test endpoint: fresh even before this replica hears of a change)."""
+        return await self._target(llm)
+
+    # ------------------------------------------------------------- invalidation
+
+    def invalidate_project(self, project_id: UUID) -> None:
+        """The project's custom LLMs (or a secret they use) changed."""
+        self._epoch += 1
+        self._entries.pop(project_id, None)
+        self._loading.pop(project_id, None)
+
+    def invalidate_all(self) -> None:
+        self._epoch += 1
+        self._entries.clear()
+        self._loading.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # ---------------------------------------------------------------- internals
+
+    async def _entry(self, project_id: UUID) -> _Project:
+        entry = self._entries.get(project_id)
+        if entry is not None:
+            return entry
+        task = self._loading.get(project_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._read(project_id, self._epoch))
+            self._loading[project_id] = task
+            task.add_done_callback(lambda done: self._read_done(project_id, done))
+        return await asyncio.shield(task)
+
+    async def _read(self, project_id: UUID, epoch: int) -> _Project:
+        entry = _Project(await self._loader(project_id))
+        if epoch == self._epoch:
+            if project_id not in self._entries and len(self._entries) >= self._max_projects:
+                del self._entries[next(iter(self._entries))]
+            self._entries[project_id] = entry
+        return entry
+
+    def _read_done(self, project_id: UUID, task: asyncio.Task[_Project]) -> None:
+        if self._loading.get(project_id) is task:
+            del self._loading[project_id]
+        if not task.cancelled():
+            task.exception()  # retrieved: its waiters (if any are left) get it raised
+
+    async def _open(self, project_id: UUID, entry: _Project, row: StoredLlm) -> CustomTarget:
+        target = await self._target(row)
+        # An entry dropped meanwhile (a rotation) is no longer read: caching into it
+        # is harmless, and the next call opens the key again from the new entry.
+        if self._entries.get(project_id) is entry:
+            entry.targets[row.name] = target
+        return target
+
+    async def _target(self, row: StoredLlm) -> CustomTarget:
+        key: str | None = None
+        if row.auth_scheme != "none":
+            if row.secret_id is not None:
+                key = await self._reveal(row.project_id, row.secret_id)
+            elif row.api_key_encrypted is not None:
+                key = self._open_key(row)
+        return CustomTarget(
+            project_id=row.project_id,
+            id=row.id,
+            name=row.name,
+            llm_id=llm_id(row.name),
+            template=row.template,
+            base_url=row.base_url,
+            model=row.model,
+            auth_scheme=row.auth_scheme,
+            api_key=key,
+            provider=row.provider,
+            max_input_tokens=row.max_input_tokens,
+            max_output_tokens=row.max_output_tokens,
+            enabled=row.enabled,
+        )
+
+
+def _opened(entry: _Project, name: str, task: asyncio.Task[CustomTarget]) -> None:
+    if entry.opening.get(name) is task:
+        del entry.opening[name]
+    if not task.cancelled():
+        task.exception()

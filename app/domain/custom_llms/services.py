@@ -1,0 +1,483 @@
+"""A project's custom LLMs in the database, always filtered by project.
+
+The write rules (templates, credentials, name conflicts with suggestions, the SSRF
+check of base URLs) live here; the controllers check roles and then tell
+``CustomLlmSync`` so every replica's directory and catalog drop the project.
+``load_project_llms`` is the directory's one query per project on a cache miss.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+from uuid import UUID, uuid4
+
+import msgspec
+from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
+from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
+from advanced_alchemy.repository import SQLAlchemyAsyncRepository
+from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
+
+from app.db.models import CustomLlm, Project, ProjectSecret
+from app.domain.custom_llms.schemas import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
+    Credential,
+    CustomLlmCreate,
+    CustomLlmUpdate,
+)
+from app.domain.custom_llms.templates import (
+    BOB,
+    BOB_DEFAULT_NAME,
+    CUSTOM_DEFAULT_MAX_INPUT_TOKENS,
+    CUSTOM_DEFAULT_MAX_OUTPUT_TOKENS,
+    CUSTOM_DEFAULT_PROVIDER,
+    TECHNICAL_FIELDS,
+    Technical,
+    locked_field,
+)
+from app.domain.secrets.aad import custom_llm_aad
+from app.lib.errors import AronaError, BadRequestError, ConflictError, NotFoundError
+from app.lib.ssrf import UnsafeUrlError, UrlGuard
+from app.lib.vault import Vault, VaultError, mask
+from app.routing.types import AuthScheme
+
+_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
+_NAME = re.compile(NAME_PATTERN)
+SUGGESTIONS = 3
+LLM_ID_PREFIX = "custom:"
+
+
+def llm_id(name: str) -> str:
+    """The model id a custom LLM is called by: ``custom:<name>``."""
+    return LLM_ID_PREFIX + name
+
+
+def custom_llm_not_found() -> NotFoundError:
+    return NotFoundError("custom LLM not found", code="custom_llm_not_found")
+
+
+class CustomLlmKeyUnreadableError(AronaError):
+    """The stored key exists but this server's vault keys cannot open it."""
+
+    status_code = 500
+    default_code = "custom_llm_key_unreadable"
+
+
+# ----------------------------------------------------------------- names
+
+
+def suggest_names(
+    base: str, slug: str, taken: Collection[str], count: int = SUGGESTIONS
+) -> list[str]:
+    """Free alternatives to ``base``: ``base-2`` (the lowest free number),
+    ``base-<project slug>``, ``base-personal``, then further numbers; each a valid
+    name, none in ``taken``."""
+    found: list[str] = []
+
+    def fit(suffix: str) -> str:
+        stem = base[: MAX_NAME_LENGTH - len(suffix)].rstrip("._-")
+        return stem + suffix
+
+    def offer(candidate: str) -> bool:
+        if candidate in taken or candidate in found or not _NAME.match(candidate):
+            return False
+        found.append(candidate)
+        return True
+
+    n = 2
+    while not offer(fit(f"-{n}")):
+        n += 1
+    for word in (slug, "personal"):
+        k = 1
+        while not offer(fit(f"-{word}" if k == 1 else f"-{word}-{k}")) and k < 20:
+            k += 1
+    while len(found) < count:
+        n += 1
+        offer(fit(f"-{n}"))
+    return found[:count]
+
+
+def name_taken(name: str, suggestions: list[str]) -> ConflictError:
+    listed = ", ".join(suggestions)
+    return ConflictError(
+        f"this project already has a custom LLM named {name!r}; free names: {listed}",
+        code="custom_llm_exists",
+        param="name",
+        extra={"suggestions": suggestions},
+    )
+
+
+# ------------------------------------------------------------------ rules
+
+
+def _given(value: object) -> bool:
+    return value is not msgspec.UNSET
+
+
+def _refuse_locked(data: CustomLlmCreate | CustomLlmUpdate, template: str) -> None:
+    for param, attr in TECHNICAL_FIELDS:
+        if _given(getattr(data, attr)):
+            raise locked_field(param, template)
+
+
+def _required(param: str) -> BadRequestError:
+    return BadRequestError(f"`{param}` is required", code="invalid_request", param=param)
+
+
+def _url_error(exc: UnsafeUrlError) -> BadRequestError:
+    return BadRequestError(f"baseUrl: {exc.message}", code=exc.code, param="baseUrl")
+
+
+def _check_credentials_pair(api_key: object, secret_id: object) -> None:
+    if api_key not in (msgspec.UNSET, None) and secret_id not in (msgspec.UNSET, None):
+        raise BadRequestError(
+            "send either apiKey or secretId, not both",
+            code="credentials_conflict",
+            param="secretId",
+        )
+
+
+def credential_of(row: CustomLlm) -> Credential:
+    if row.secret_id is not None:
+        return "secret"
+    if row.api_key_encrypted is not None:
+        return "apiKey"
+    return "none"
+
+
+@dataclass(slots=True)
+class _Credentials:
+    """What a write leaves stored (``api_key`` is the new plaintext to seal, if any)."""
+
+    secret_id: UUID | None = None
+    api_key: str | None = field(default=None, repr=False)
+    keep_sealed: bool = False
+    """Keep the row's sealed key as it is."""
+
+
+class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
+    class Repo(SQLAlchemyAsyncRepository[CustomLlm]):
+        model_type = CustomLlm
+
+    repository_type = Repo
+
+    # ----------------------------------------------------------------- reads
+
+    async def page(
+        self, project_id: UUID, limit: int, offset: int
+    ) -> tuple[Sequence[CustomLlm], int]:
+        """By name (unique in the project, so the order is stable)."""
+        session = self.repository.session
+        total = await session.scalar(
+            select(func.count()).select_from(CustomLlm).where(CustomLlm.project_id == project_id)
+        )
+        rows = await session.scalars(
+            select(CustomLlm)
+            .where(CustomLlm.project_id == project_id)
+            .order_by(CustomLlm.name)
+            .limit(limit)
+            .offset(offset)
+        )
+        return rows.all(), int(total or 0)
+
+    async def require(self, project_id: UUID, name: str) -> CustomLlm:
+        """The project's custom LLM; another project's is a 404 like a missing one."""
+        row = await self.get_one_or_none(CustomLlm.project_id == project_id, CustomLlm.name == name)
+        if row is None:
+            raise custom_llm_not_found()
+        return row
+
+    async def suggestions(self, project: Project, name: str) -> list[str]:
+        taken = await self.repository.session.scalars(
+            select(CustomLlm.name).where(CustomLlm.project_id == project.id)
+        )
+        return suggest_names(name, project.slug, set(taken))
+
+    # ---------------------------------------------------------------- writes
+
+    async def create_llm(
+        self, project: Project, data: CustomLlmCreate, *, vault: Vault, guard: UrlGuard
+    ) -> CustomLlm:
+        if data.template == "bob":
+            _refuse_locked(data, "bob")
+            technical = BOB
+            name = data.name if _given(data.name) else BOB_DEFAULT_NAME
+        else:
+            technical, name = await self._custom_fields(data, guard)
+        _check_credentials_pair(data.api_key, data.secret_id)
+        credentials = await self._credentials(
+            project.id,
+            technical.auth_scheme,
+            api_key=data.api_key,
+            secret_id=data.secret_id,
+            current=None,
+        )
+        name = cast(str, name)
+        if await self.exists(CustomLlm.project_id == project.id, CustomLlm.name == name):
+            raise name_taken(name, await self.suggestions(project, name))
+        row_id = uuid4()
+        row = CustomLlm(
+            id=row_id,
+            project_id=project.id,
+            name=name,
+            template=data.template,
+            base_url=technical.base_url,
+            model=technical.model,
+            auth_scheme=technical.auth_scheme,
+            provider=technical.provider,
+            max_input_tokens=technical.max_input_tokens,
+            max_output_tokens=technical.max_output_tokens,
+            enabled=data.enabled,
+        )
+        self._store_credentials(row, credentials, vault)
+        session = self.repository.session
+        try:
+            session.add(row)
+            await session.commit()
+        except _RACED as exc:
+            await session.rollback()
+            raise await self._raced(project, name, credentials) from exc
+        return row
+
+    async def update_llm(
+        self,
+        project: Project,
+        name: str,
+        data: CustomLlmUpdate,
+        *,
+        vault: Vault,
+        guard: UrlGuard,
+    ) -> CustomLlm:
+        row = await self.require(project.id, name)
+        if _given(data.template):
+            raise locked_field("template", row.template)
+        if row.template == "bob":
+            _refuse_locked(data, "bob")
+        else:
+            await self._apply_custom_fields(row, data, guard)
+        _check_credentials_pair(data.api_key, data.secret_id)
+        credentials = await self._credentials(
+            project.id,
+            cast(AuthScheme, row.auth_scheme),
+            api_key=data.api_key,
+            secret_id=data.secret_id,
+            current=row,
+        )
+        new_name = data.name if _given(data.name) else row.name
+        new_name = cast(str, new_name)
+        if new_name != row.name and await self.exists(
+            CustomLlm.project_id == project.id, CustomLlm.name == new_name
+        ):
+            raise name_taken(new_name, await self.suggestions(project, new_name))
+        row.name = new_name
+        if _given(data.enabled):
+            row.enabled = cast(bool, data.enabled)
+        self._store_credentials(row, credentials, vault)
+        session = self.repository.session
+        try:
+            await session.commit()
+        except _RACED as exc:
+            await session.rollback()
+            raise await self._raced(project, new_name, credentials) from exc
+        return row
+
+    async def delete_llm(self, project_id: UUID, name: str) -> None:
+        row = await self.require(project_id, name)
+        await self.delete(row.id, auto_commit=True)
+
+    # ------------------------------------------------------------- internals
+
+    async def _custom_fields(self, data: CustomLlmCreate, guard: UrlGuard) -> tuple[Technical, str]:
+        if not _given(data.name):
+            raise _required("name")
+        if not _given(data.base_url):
+            raise _required("baseUrl")
+        if not _given(data.model):
+            raise _required("model")
+        base_url = cast(str, data.base_url)
+        try:
+            await guard.check(base_url)
+        except UnsafeUrlError as exc:
+            raise _url_error(exc) from None
+        technical = Technical(
+            base_url=base_url,
+            model=cast(str, data.model),
+            auth_scheme=cast(
+                AuthScheme, data.auth_scheme if _given(data.auth_scheme) else "bearer"
+            ),
+            provider=cast(str, data.provider if _given(data.provider) else CUSTOM_DEFAULT_PROVIDER),
+            max_input_tokens=cast(
+                int,
+                data.max_input_tokens
+                if _given(data.max_input_tokens)
+                else CUSTOM_DEFAULT_MAX_INPUT_TOKENS,
+            ),
+            max_output_tokens=cast(
+                int,
+                data.max_output_tokens
+                if _given(data.max_output_tokens)
+                else CUSTOM_DEFAULT_MAX_OUTPUT_TOKENS,
+            ),
+        )
+        return technical, cast(str, data.name)
+
+    async def _apply_custom_fields(
+        self, row: CustomLlm, data: CustomLlmUpdate, guard: UrlGuard
+    ) -> None:
+        if _given(data.base_url) and data.base_url != row.base_url:
+            base_url = cast(str, data.base_url)
+            try:
+                await guard.check(base_url)
+            except UnsafeUrlError as exc:
+                raise _url_error(exc) from None
+            row.base_url = base_url
+        for _, attr in TECHNICAL_FIELDS:
+            value = getattr(data, attr)
+            if attr != "base_url" and _given(value):
+                setattr(row, attr, value)
+
+    async def _credentials(
+        self,
+        project_id: UUID,
+        scheme: AuthScheme,
+        *,
+        api_key: object,
+        secret_id: object,
+        current: CustomLlm | None,
+    ) -> _Credentials:
+        """The credential a write leaves, by the rules: ``none`` takes no key (one
+        sent is refused, a stored one dropped); every other scheme needs exactly one,
+        a secret of this project (checked) or a key typed in."""
+        if scheme == "none":
+            for param, value in (("apiKey", api_key), ("secretId", secret_id)):
+                if value not in (msgspec.UNSET, None):
+                    raise BadRequestError(
+                        "authScheme `none` sends no credential: leave out apiKey and secretId",
+                        code="credentials_not_used",
+                        param=param,
+                    )
+            return _Credentials()
+        if isinstance(secret_id, UUID):
+            await self._require_secret(project_id, secret_id)
+            return _Credentials(secret_id=secret_id)
+        if isinstance(api_key, str):
+            return _Credentials(api_key=api_key)
+        # Nothing new: keep what is stored unless the request cleared it.
+        if current is not None:
+            if current.secret_id is not None and secret_id is msgspec.UNSET:
+                return _Credentials(secret_id=current.secret_id)
+            if current.api_key_encrypted is not None and api_key is msgspec.UNSET:
+                return _Credentials(keep_sealed=True)
+        raise BadRequestError(
+            f"authScheme `{scheme}` needs a credential: send secretId (a secret of this "
+            "project) or apiKey",
+            code="credentials_required",
+            param="apiKey",
+        )
+
+    async def _require_secret(self, project_id: UUID, secret_id: UUID) -> None:
+        found = await self.repository.session.scalar(
+            select(ProjectSecret.id).where(
+                ProjectSecret.id == secret_id, ProjectSecret.project_id == project_id
+            )
+        )
+        if found is None:
+            raise NotFoundError(
+                "no secret with this id exists in this project",
+                code="secret_not_found",
+                param="secretId",
+            )
+
+    @staticmethod
+    def _store_credentials(row: CustomLlm, credentials: _Credentials, vault: Vault) -> None:
+        row.secret_id = credentials.secret_id
+        if credentials.keep_sealed:
+            return
+        if credentials.api_key is None:
+            row.api_key_encrypted = None
+            row.api_key_hint = None
+            return
+        row.api_key_encrypted = vault.encrypt(
+            credentials.api_key, custom_llm_aad(row.project_id, row.id)
+        )
+        row.api_key_hint = mask(credentials.api_key)
+
+    async def _raced(self, project: Project, name: str, credentials: _Credentials) -> AronaError:
+        """Why a commit failed after the checks passed: the name was taken meanwhile,
+        or the secret was deleted meanwhile."""
+        if await self.exists(CustomLlm.project_id == project.id, CustomLlm.name == name):
+            return name_taken(name, await self.suggestions(project, name))
+        if credentials.secret_id is not None:
+            return NotFoundError(
+                "no secret with this id exists in this project",
+                code="secret_not_found",
+                param="secretId",
+            )
+        return ConflictError("the custom LLM changed meanwhile; try again", code="conflict")
+
+
+# ----------------------------------------------------------- the directory
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLlm:
+    """A custom LLM as the directory caches it (key still sealed)."""
+
+    id: UUID
+    project_id: UUID
+    name: str
+    template: str
+    base_url: str
+    model: str
+    auth_scheme: AuthScheme
+    provider: str
+    max_input_tokens: int
+    max_output_tokens: int
+    enabled: bool
+    secret_id: UUID | None
+    api_key_encrypted: str | None = field(repr=False)
+
+
+def stored_llm(row: CustomLlm) -> StoredLlm:
+    return StoredLlm(
+        id=row.id,
+        project_id=row.project_id,
+        name=row.name,
+        template=row.template,
+        base_url=row.base_url,
+        model=row.model,
+        auth_scheme=cast(AuthScheme, row.auth_scheme),
+        provider=row.provider,
+        max_input_tokens=row.max_input_tokens,
+        max_output_tokens=row.max_output_tokens,
+        enabled=row.enabled,
+        secret_id=row.secret_id,
+        api_key_encrypted=row.api_key_encrypted,
+    )
+
+
+async def load_project_llms(db_config: SQLAlchemyAsyncConfig, project_id: UUID) -> list[StoredLlm]:
+    """Every custom LLM of the project, in one query."""
+    async with db_config.get_session() as session:
+        rows = await session.scalars(
+            select(CustomLlm).where(CustomLlm.project_id == project_id).order_by(CustomLlm.name)
+        )
+        return [stored_llm(row) for row in rows]
+
+
+def open_key(vault: Vault, llm: StoredLlm) -> str:
+    """The plaintext of a key typed in directly. Never log or return it."""
+    if llm.api_key_encrypted is None:
+        raise CustomLlmKeyUnreadableError(f"custom LLM {llm.name!r} has no stored key")
+    try:
+        return vault.decrypt(llm.api_key_encrypted, custom_llm_aad(llm.project_id, llm.id))
+    except VaultError:
+        raise CustomLlmKeyUnreadableError(
+            f"the key of custom LLM {llm.name!r} cannot be decrypted on this server: ask "
+            "the operator to check ARONA_VAULT_KEYS"
+        ) from None

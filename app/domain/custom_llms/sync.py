@@ -1,0 +1,126 @@
+"""Keep every replica's custom LLM directory (and the catalog entries built from it)
+equal to the database, and drop revealed secrets when they rotate.
+
+The database is the source of truth; events only say which project to forget. Two
+channels are followed (``app.lib.events.follow``), each reloading on (re)subscription:
+
+- ``custom_llms.changed``, published here after a write::
+
+      {"kind": "custom_llm", "projectId": "<project uuid>", "origin": "<replica id>"}
+
+  The writing replica drops the project from its directory and catalog at once; the
+  others do on the event (their own events are skipped by ``origin``).
+- ``secrets.changed`` (published by ``app.domain.secrets``)::
+
+      {"kind": "secret", "projectId", "secretId", "origin"}
+
+  Applied on every replica including the writer's (the origin is the secrets area's,
+  not ours): the project's cached entry goes, so the next call reveals the new value.
+
+A lost event is repaired by the full invalidation that follows every
+(re)subscription and by the periodic ``reload`` the lifespan runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import UUID, uuid4
+
+import structlog
+
+from app.domain.custom_llms.directory import CustomLlmDirectory
+from app.domain.profiles.catalog import ProfileCatalog
+from app.domain.secrets.services import CHANNEL as SECRETS_CHANNEL
+from app.domain.secrets.services import KIND_SECRET
+from app.lib.events.base import Event, EventBus
+from app.lib.events.follow import follow
+
+CHANNEL = "custom_llms.changed"
+KIND_CUSTOM_LLM = "custom_llm"
+logger = structlog.get_logger()
+
+
+def _project_of(event: Event) -> UUID | None:
+    raw = event.get("projectId")
+    if not isinstance(raw, str):
+        return None
+    try:
+        return UUID(raw)
+    except ValueError:
+        return None
+
+
+class CustomLlmSync:
+    def __init__(
+        self, directory: CustomLlmDirectory, catalog: ProfileCatalog, bus: EventBus
+    ) -> None:
+        self.directory = directory
+        self._catalog = catalog
+        self._bus = bus
+        self.origin = uuid4().hex
+        """This process's id in events, so it can skip what it published itself."""
+
+    async def changed(self, project_id: UUID) -> None:
+        """Called after this replica wrote (or deleted) a custom LLM of ``project_id``."""
+        self._forget(project_id)
+        try:
+            await self._bus.publish(
+                CHANNEL,
+                {"kind": KIND_CUSTOM_LLM, "projectId": str(project_id), "origin": self.origin},
+            )
+        except Exception as exc:  # a hint channel: the write itself has succeeded
+            logger.warning("could not publish a custom LLM change", error=repr(exc))
+
+    async def apply(self, event: Event) -> None:
+        """A ``custom_llms.changed`` event; our own are already applied."""
+        if event.get("origin") == self.origin:
+            return
+        project_id = _project_of(event)
+        if event.get("kind") == KIND_CUSTOM_LLM and project_id is not None:
+            self._forget(project_id)
+            return
+        logger.warning("ignoring malformed custom LLM event", kind=event.get("kind"))
+
+    async def apply_secret(self, event: Event) -> None:
+        """A ``secrets.changed`` event, whoever published it."""
+        project_id = _project_of(event)
+        if event.get("kind") == KIND_SECRET and project_id is not None:
+            # Only keys are cached from secrets, not catalog entries.
+            self.directory.invalidate_project(project_id)
+            return
+        logger.warning("ignoring malformed secret event", kind=event.get("kind"))
+
+    async def reload(self) -> None:
+        """Forget everything cached (after (re)subscribing; periodic safety net)."""
+        self.directory.invalidate_all()
+        self._catalog.invalidate_all()
+
+    async def reload_secrets(self) -> None:
+        self.directory.invalidate_all()
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Follow both channels until cancelled; ``ready`` is set once both are
+        subscribed and reloaded."""
+        changes, secrets = asyncio.Event(), asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(
+                follow(self._bus, CHANNEL, reload=self.reload, apply=self.apply, ready=changes)
+            )
+            group.create_task(
+                follow(
+                    self._bus,
+                    SECRETS_CHANNEL,
+                    reload=self.reload_secrets,
+                    apply=self.apply_secret,
+                    ready=secrets,
+                )
+            )
+            await changes.wait()
+            await secrets.wait()
+            if ready is not None:
+                ready.set()
+
+    def _forget(self, project_id: UUID) -> None:
+        # The directory first: the catalog rebuilds its entry from the directory.
+        self.directory.invalidate_project(project_id)
+        self._catalog.invalidate_project(project_id)

@@ -1,0 +1,1 @@
+"""BYO override keys: a project's own provider key for one conversation and model prefix."""

@@ -1,0 +1,128 @@
+"""``/api/projects/{projectId}/overrides``: a project's BYO provider keys.
+
+- ``POST /`` (201): ``{"conversationId", "modelId", "apiKey"}``. The key is sealed with
+  the vault and never returned; a second key for the same conversation and modelId is
+  a 409 ``override_exists`` (delete the old one to replace it).
+- ``GET /`` (paginated, newest first, optional ``conversationId`` filter) and
+  ``GET /{overrideId}``: ``{"id", "conversationId", "modelId", "keyHint",
+  "createdAt"}``, the hint being ``••••`` and the key's last four characters.
+- ``DELETE /{overrideId}`` (204).
+
+Reading needs any role in the project; writing needs owner, platform admin or the
+project's API key (as for the project's other credentials). A project the caller
+cannot see is a 404 ``project_not_found``; another project's override a 404
+``override_not_found``. Every write drops the project's entry from the override
+index here and, through ``OverrideSync``, on the other replicas.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from litestar import Controller, delete, get, post
+from litestar.params import QueryParameter
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.db.models import OverrideKey
+from app.domain.accounts.principals import Principal
+from app.domain.overrides.schemas import MAX_TARGET, OverrideCreate, OverrideOut
+from app.domain.overrides.services import OverrideService
+from app.domain.overrides.sync import OverrideSync
+from app.domain.projects.controllers import LimitQuery, OffsetQuery
+from app.domain.projects.deps import projects_principal
+from app.domain.projects.services import ProjectService
+from app.lib.errors import BadRequestError
+from app.lib.pagination import DEFAULT_LIMIT, Page
+from app.lib.vault import Vault
+
+# Checked in the handler: Litestar would name the argument (``conversation_id``) in a 400.
+ConversationFilter = Annotated[str | None, QueryParameter(name="conversationId")]
+
+
+def _conversation_filter(value: str | None) -> str | None:
+    if value is not None and not 1 <= len(value) <= MAX_TARGET:
+        raise BadRequestError(
+            f"conversationId must be 1-{MAX_TARGET} characters",
+            code="invalid_request",
+            param="conversationId",
+        )
+    return value
+
+
+def override_out(row: OverrideKey) -> OverrideOut:
+    return OverrideOut(
+        id=row.id,
+        conversation_id=row.conversation_id,
+        model_id=row.model_prefix,
+        key_hint=row.key_hint,
+        created_at=row.created_at,
+    )
+
+
+class OverrideController(Controller):
+    path = "/api/projects/{project_id:uuid}/overrides"
+    tags = ["projects"]
+    dependencies = {"principal": projects_principal}
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create_override(
+        self,
+        project_id: UUID,
+        data: OverrideCreate,
+        principal: Principal,
+        projects_service: ProjectService,
+        overrides_service: OverrideService,
+        vault: Vault,
+        override_sync: OverrideSync,
+    ) -> OverrideOut:
+        access = await projects_service.access(principal, project_id)
+        access.require(access.can_manage_credentials, "create override keys")
+        row = await overrides_service.create_override(access.project.id, data, vault)
+        await override_sync.changed(access.project.id)
+        return override_out(row)
+
+    @get("/")
+    async def list_overrides(
+        self,
+        project_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        overrides_service: OverrideService,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+        conversation_id: ConversationFilter = None,
+    ) -> Page[OverrideOut]:
+        wanted = _conversation_filter(conversation_id)
+        access = await projects_service.access(principal, project_id)
+        rows, total = await overrides_service.page(
+            access.project.id, limit, offset, conversation_id=wanted
+        )
+        return Page(items=[override_out(r) for r in rows], total=total, limit=limit, offset=offset)
+
+    @get("/{override_id:uuid}")
+    async def get_override(
+        self,
+        project_id: UUID,
+        override_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        overrides_service: OverrideService,
+    ) -> OverrideOut:
+        access = await projects_service.access(principal, project_id)
+        return override_out(await overrides_service.require(access.project.id, override_id))
+
+    @delete("/{override_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_override(
+        self,
+        project_id: UUID,
+        override_id: UUID,
+        principal: Principal,
+        projects_service: ProjectService,
+        overrides_service: OverrideService,
+        override_sync: OverrideSync,
+    ) -> None:
+        access = await projects_service.access(principal, project_id)
+        access.require(access.can_manage_credentials, "delete override keys")
+        await overrides_service.delete_override(access.project.id, override_id)
+        await override_sync.changed(access.project.id)

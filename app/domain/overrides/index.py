@@ -1,0 +1,224 @@
+"""The override index: which BYO key (if any) a request uses, answered from memory.
+
+For the gateway and the runtime chat (the lead's wiring)
+=========================================================
+
+The index is a per-process resource: ``resources.override_index`` (an
+``OverrideIndex``; also the ``override_index`` dependency). Its sync object is
+``resources.override_sync`` (``OverrideSync`` in ``sync.py``), run by the lifespan.
+
+::
+
+    matched = await override_index.match(project_id, conversation_id, model)
+    if matched is not None:
+        matched.api_key          # str, the decrypted provider key: forward it, never log it
+        matched.override_id      # UUID of the override_keys row
+        matched.model_prefix     # str, the prefix that matched (the stored ``modelId``)
+        matched.conversation_id  # str, as stored (equal to the one asked for)
+
+- ``project_id: UUID``, ``conversation_id: str | None`` (the request's conversation id,
+  compared exactly; ``None`` or ``""`` never matches and costs nothing), ``model: str``
+  (the model id as the client asked for it; compared with ``str.startswith``, case
+  sensitive, before any alias resolution or normalisation you may apply).
+- Matching: an override of the same project and conversation whose ``model_prefix`` is
+  a prefix of ``model`` (``qwen-qwq-32b`` matches ``qwen-qwq-32b-high``); when several
+  match, the longest prefix wins. Prefixes are unique per (project, conversation), so
+  the winner is unambiguous.
+- Cost: in steady state one dict lookup per project (two when the project has
+  overrides, plus a short scan of that conversation's prefixes); no database query.
+  A project with no overrides is cached too (negative entry). The first request of a
+  project after start-up, eviction or an invalidation loads its overrides with one
+  query (concurrent first requests share it); that load's errors (database down)
+  propagate from ``match``.
+- ``MatchedOverride.__repr__`` leaves the key out; still, never log the object's
+  fields wholesale.
+
+Cache rules: entries per project, loaded whole (decrypted at load; keys live only in
+this process's memory), bounded by ``max_projects`` and ``max_overrides`` (the oldest
+entries are dropped first and reloaded when next asked). A change through the API
+drops the project's entry at once on the replica that made it and, through
+``OverrideSync`` (channel ``overrides.changed``), on every other replica. Every
+(re)subscription and a periodic safety net in the lifespan drop all entries, so a lost
+event heals within ``OVERRIDE_RELOAD_SECONDS``. A load that started before an
+invalidation is not cached (epoch guard): it cannot resurrect a deleted key.
+
+This module has no database or framework code: the loader is handed in
+(``services.load_project_overrides`` in the app, a plain function in tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from uuid import UUID
+
+# Projects kept at most; past that the oldest entries are dropped.
+DEFAULT_MAX_PROJECTS = 10_000
+# Overrides kept at most over all projects (a project with none counts as one).
+DEFAULT_MAX_OVERRIDES = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedOverride:
+    """One decrypted override, as the loader hands it to the index."""
+
+    id: UUID
+    conversation_id: str
+    model_prefix: str
+    api_key: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchedOverride:
+    """The override a request uses: forward ``api_key`` upstream, never log it."""
+
+    override_id: UUID
+    conversation_id: str
+    model_prefix: str
+    api_key: str = field(repr=False)
+
+
+OverrideLoader = Callable[[UUID], Awaitable[Iterable[LoadedOverride]]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    by_conversation: Mapping[str, tuple[MatchedOverride, ...]]
+    """Each conversation's overrides, longest prefix first."""
+    weight: int
+
+
+_NO_OVERRIDES = _Entry(by_conversation=MappingProxyType({}), weight=1)
+
+
+def _entry(overrides: Iterable[LoadedOverride]) -> _Entry:
+    grouped: dict[str, list[MatchedOverride]] = {}
+    count = 0
+    for o in overrides:
+        count += 1
+        grouped.setdefault(o.conversation_id, []).append(
+            MatchedOverride(
+                override_id=o.id,
+                conversation_id=o.conversation_id,
+                model_prefix=o.model_prefix,
+                api_key=o.api_key,
+            )
+        )
+    if not count:
+        return _NO_OVERRIDES
+    by_conversation = {
+        conversation: tuple(
+            sorted(found, key=lambda m: (-len(m.model_prefix), m.model_prefix, m.override_id))
+        )
+        for conversation, found in grouped.items()
+    }
+    return _Entry(by_conversation=by_conversation, weight=count)
+
+
+class OverrideIndex:
+    def __init__(
+        self,
+        loader: OverrideLoader,
+        *,
+        max_projects: int = DEFAULT_MAX_PROJECTS,
+        max_overrides: int = DEFAULT_MAX_OVERRIDES,
+    ) -> None:
+        if max_projects < 1 or max_overrides < 1:
+            raise ValueError("max_projects and max_overrides must be at least 1")
+        self._loader = loader
+        self._max_projects = max_projects
+        self._max_overrides = max_overrides
+        self._entries: dict[UUID, _Entry] = {}
+        self._weight = 0
+        # One database read per project at a time, shared by concurrent misses.
+        self._loading: dict[UUID, asyncio.Task[_Entry]] = {}
+        # Bumped by every invalidation: a read that started before one is not cached.
+        self._epoch = 0
+
+    # ------------------------------------------------------------------ reading
+
+    async def match(
+        self, project_id: UUID, conversation_id: str | None, model: str
+    ) -> MatchedOverride | None:
+        """The override for this request, or ``None`` (see the module docstring)."""
+        if not conversation_id:
+            return None
+        entry = self._entries.get(project_id)
+        if entry is None:
+            entry = await asyncio.shield(self._load(project_id))
+        candidates = entry.by_conversation.get(conversation_id)
+        if candidates is None:
+            return None
+        for candidate in candidates:
+            if model.startswith(candidate.model_prefix):
+                return candidate
+        return None
+
+    def is_cached(self, project_id: UUID) -> bool:
+        """Whether the project's overrides are in memory (a ``match`` costs no query)."""
+        return project_id in self._entries
+
+    def __len__(self) -> int:
+        """Projects cached (including those cached as having no overrides)."""
+        return len(self._entries)
+
+    @property
+    def cached_overrides(self) -> int:
+        """The weight held: overrides cached, a project without any counting one."""
+        return self._weight
+
+    # ------------------------------------------------------------- invalidation
+
+    def invalidate_project(self, project_id: UUID) -> None:
+        """The project's overrides changed: its next request reads them again."""
+        self._epoch += 1
+        entry = self._entries.pop(project_id, None)
+        if entry is not None:
+            self._weight -= entry.weight
+        # A read in flight may have missed the change: later callers start a new one.
+        self._loading.pop(project_id, None)
+
+    def invalidate_all(self) -> None:
+        """Forget every project (events may have been lost)."""
+        self._epoch += 1
+        self._entries.clear()
+        self._weight = 0
+        self._loading.clear()
+
+    # ---------------------------------------------------------------- internals
+
+    def _load(self, project_id: UUID) -> asyncio.Task[_Entry]:
+        task = self._loading.get(project_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._read(project_id, self._epoch))
+            self._loading[project_id] = task
+            task.add_done_callback(lambda done: self._read_done(project_id, done))
+        return task
+
+    async def _read(self, project_id: UUID, epoch: int) -> _Entry:
+        entry = _entry(await self._loader(project_id))
+        if epoch == self._epoch:
+            self._store(project_id, entry)
+        return entry
+
+    def _read_done(self, project_id: UUID, task: asyncio.Task[_Entry]) -> None:
+        if self._loading.get(project_id) is task:
+            del self._loading[project_id]
+        if not task.cancelled():
+            task.exception()  # retrieved: its waiters (if any are left) get it raised
+
+    def _store(self, project_id: UUID, entry: _Entry) -> None:
+        old = self._entries.pop(project_id, None)
+        if old is not None:
+            self._weight -= old.weight
+        # Oldest first; a project heavier than the whole budget is still kept alone.
+        while self._entries and (
+            len(self._entries) >= self._max_projects
+            or self._weight + entry.weight > self._max_overrides
+        ):
+            dropped = self._entries.pop(next(iter(self._entries)))
+            self._weight -= dropped.weight
+        self._entries[project_id] = entry
+        self._weight += entry.weight

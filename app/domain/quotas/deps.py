@@ -1,0 +1,20 @@
+"""Dependency providers of the quotas area (resolved by name by Litestar).
+
+The gate and the sync object are per-app resources, exposed by ``app.server.app`` as
+``quota_gate`` and ``quota_sync``.
+"""
+
+from __future__ import annotations
+
+from advanced_alchemy.extensions.litestar.providers import create_service_provider
+from litestar.di import Provide
+
+from app.domain.quotas.services import ProjectQuotaService
+from app.domain.quotas.usage_queries import UsageRecordService
+
+
+def quotas_dependencies() -> dict[str, Provide]:
+    return {
+        "project_quotas_service": Provide(create_service_provider(ProjectQuotaService)),
+        "usage_records_service": Provide(create_service_provider(UsageRecordService)),
+    }

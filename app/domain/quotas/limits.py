@@ -1,0 +1,230 @@
+"""Each project's quota limits, served from memory and kept current over the EventBus.
+
+``QuotaLimitsCache`` answers ``get(project_id)`` from a dict: a project's row is read
+from the database on its first request and then at most once per ``max_age`` seconds
+(a safety net under lost events), never per request. A project without a
+``project_quotas`` row is cached too, as unlimited.
+
+``QuotaSync`` keeps every replica's cache equal to the database: a replica that
+writes a quota drops its own entry at once and publishes on ``quotas.config``; the
+others drop theirs when the event arrives (and everything after a resubscription,
+when events may have been lost). Event shape (the bus adds ``channel``)::
+
+    {"kind": "project", "projectId": "<project uuid>", "origin": "<replica id>"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from uuid import UUID, uuid4
+
+import structlog
+from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
+from sqlalchemy import select
+
+from app.db.models import ProjectQuota
+from app.domain.quotas.errors import QuotaUnavailableError
+from app.lib.events.base import Event, EventBus
+from app.lib.events.follow import follow
+
+logger = structlog.get_logger()
+
+CHANNEL = "quotas.config"
+DEFAULT_MAX_AGE = 60.0
+DEFAULT_MAX_PROJECTS = 10_000
+# After a failed read, a stale entry is served this long before the next attempt.
+RETRY_AFTER_FAILURE = 5.0
+
+
+def lower(a: int | None, b: int | None) -> int | None:
+    """The stricter of two limits; ``None`` is no limit."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimits:
+    """The limits that apply to a project: per window the lower of the admin
+    ceiling and the owner's own limit (``None``: no limit for that window)."""
+
+    per_minute: int | None = None
+    per_day: int | None = None
+    per_month: int | None = None
+    fail_closed: bool = False
+    """When the state store is unreachable: refuse (503) instead of admitting."""
+
+    @property
+    def unlimited(self) -> bool:
+        return self.per_minute is None and self.per_day is None and self.per_month is None
+
+    @classmethod
+    def of(cls, row: ProjectQuota | None) -> QuotaLimits:
+        if row is None:
+            return UNLIMITED
+        return cls(
+            per_minute=lower(row.per_minute, row.owner_per_minute),
+            per_day=lower(row.per_day, row.owner_per_day),
+            per_month=lower(row.per_month, row.owner_per_month),
+            fail_closed=row.fail_closed,
+        )
+
+
+UNLIMITED = QuotaLimits()
+
+LimitsLoader = Callable[[UUID], Awaitable[QuotaLimits]]
+
+
+def db_limits_loader(db_config: SQLAlchemyAsyncConfig) -> LimitsLoader:
+    """Reads one project's ``project_quotas`` row (one query)."""
+
+    async def load(project_id: UUID) -> QuotaLimits:
+        async with db_config.get_session() as session:
+            row = await session.scalar(
+                select(ProjectQuota).where(ProjectQuota.project_id == project_id)
+            )
+            return QuotaLimits.of(row)
+
+    return load
+
+
+@dataclass(slots=True)
+class _Entry:
+    limits: QuotaLimits
+    fresh_until: float
+
+
+class QuotaLimitsCache:
+    def __init__(
+        self,
+        loader: LimitsLoader,
+        *,
+        max_age: float = DEFAULT_MAX_AGE,
+        max_projects: int = DEFAULT_MAX_PROJECTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._loader = loader
+        self._max_age = max_age
+        self._max_projects = max_projects
+        self._clock = clock
+        self._entries: dict[UUID, _Entry] = {}
+        # One database read per project at a time, shared by concurrent misses.
+        self._loading: dict[UUID, tuple[int, asyncio.Task[QuotaLimits]]] = {}
+        # Bumped by every invalidation: a read that started before one is not cached.
+        self._epoch = 0
+        self.loads = 0
+        """Database reads made (tests check the hot path makes none)."""
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get(self, project_id: UUID) -> QuotaLimits:
+        """The project's limits; no database query while its entry is fresh.
+
+        When the database cannot be read, a stale entry is served (and the read
+        retried after a few seconds); with no entry at all the error is
+        ``QuotaUnavailableError`` (503 ``quota_unavailable``).
+        """
+        entry = self._entries.get(project_id)
+        if entry is not None and entry.fresh_until > self._clock():
+            return entry.limits
+        loading = self._loading.get(project_id)
+        if loading is not None and loading[0] == self._epoch:
+            task = loading[1]
+        else:
+            # None in flight, or one that started before an invalidation.
+            task = asyncio.create_task(self._load(project_id, self._epoch))
+            self._loading[project_id] = (self._epoch, task)
+            task.add_done_callback(lambda done: self._loaded(project_id, done))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if entry is not None:
+                entry.fresh_until = self._clock() + RETRY_AFTER_FAILURE
+                logger.warning(
+                    "quota limits could not be reloaded; serving the cached ones",
+                    project_id=str(project_id),
+                    error=repr(exc),
+                )
+                return entry.limits
+            raise QuotaUnavailableError(
+                "the quota of this project cannot be checked right now; try again shortly",
+                headers={"Retry-After": "1"},
+            ) from exc
+
+    def _loaded(self, project_id: UUID, task: asyncio.Task[QuotaLimits]) -> None:
+        loading = self._loading.get(project_id)
+        if loading is not None and loading[1] is task:
+            del self._loading[project_id]
+        if not task.cancelled():
+            task.exception()  # retrieved: no "never retrieved" warning without waiters
+
+    async def _load(self, project_id: UUID, epoch: int) -> QuotaLimits:
+        self.loads += 1
+        limits = await self._loader(project_id)
+        if epoch == self._epoch:
+            self._entries.pop(project_id, None)
+            while len(self._entries) >= self._max_projects:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[project_id] = _Entry(limits, self._clock() + self._max_age)
+        return limits
+
+    def invalidate(self, project_id: UUID) -> None:
+        """Re-read this project on its next request (its quota row changed)."""
+        self._epoch += 1
+        entry = self._entries.get(project_id)
+        if entry is not None:
+            # Kept, but stale: served only if the re-read fails.
+            entry.fresh_until = float("-inf")
+
+    def invalidate_all(self) -> None:
+        self._epoch += 1
+        for entry in self._entries.values():
+            entry.fresh_until = float("-inf")
+
+
+class QuotaSync:
+    """Invalidates the limits cache on this replica and, over the bus, on the others."""
+
+    def __init__(self, cache: QuotaLimitsCache, bus: EventBus) -> None:
+        self.cache = cache
+        self._bus = bus
+        self.origin = uuid4().hex
+
+    async def project_changed(self, project_id: UUID) -> None:
+        """Called after this replica wrote the quota of ``project_id``."""
+        self.cache.invalidate(project_id)
+        try:
+            await self._bus.publish(
+                CHANNEL, {"kind": "project", "projectId": str(project_id), "origin": self.origin}
+            )
+        except Exception as exc:  # a hint channel: the write itself has succeeded
+            logger.warning("could not publish a quota change", error=repr(exc))
+
+    async def apply(self, event: Event) -> None:
+        if event.get("origin") == self.origin:
+            return
+        raw = event.get("projectId")
+        if event.get("kind") == "project" and isinstance(raw, str):
+            try:
+                project_id = UUID(raw)
+            except ValueError:
+                pass
+            else:
+                self.cache.invalidate(project_id)
+                return
+        logger.warning("ignoring malformed quota event", kind=event.get("kind"))
+
+    async def reload(self) -> None:
+        self.cache.invalidate_all()
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Follow other replicas' changes until cancelled (``app.lib.events.follow``)."""
+        await follow(self._bus, CHANNEL, reload=self.reload, apply=self.apply, ready=ready)

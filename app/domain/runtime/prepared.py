@@ -1,0 +1,80 @@
+"""What a runtime chat carries between preparing it and answering it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from app.domain.conversations.messages import NewMessage
+from app.domain.gateway.admission import Admission
+from app.domain.runtime.conversation_store import ChatHistory
+from app.routing.profiles import Profile
+from app.routing.types import RawBody, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Failover:
+    """Why the profile that serves differs from the one asked for."""
+
+    kind: str
+    """``latency`` (non-sticky redirect) or ``pin`` (sticky fallback)."""
+    from_profile: str
+
+    @property
+    def header(self) -> str:
+        return f"{self.kind}; from={self.from_profile}"
+
+
+@dataclass(slots=True)
+class PreparedChat:
+    project_id: UUID
+    history: ChatHistory
+    requested_profile: str
+    profile: Profile
+    failover: Failover | None
+    body: RawBody
+    new_turns: list[NewMessage]
+    stream: bool
+    started: float
+    admission: Admission
+
+    @property
+    def conversation_id(self) -> UUID:
+        return self.history.conversation_id
+
+
+@dataclass(slots=True)
+class ChatReply:
+    """Headers to answer with, and either a complete JSON body or an SSE stream."""
+
+    headers: list[tuple[bytes, bytes]]
+    body: bytes = b""
+    events: AsyncGenerator[bytes, None] | None = None
+
+
+@dataclass(slots=True)
+class Outcome:
+    status: int = 200
+    error_code: str | None = None
+    backend: str | None = None
+    served_model: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    ttft_ms: int | None = None
+    upstream_started: float = 0.0
+
+
+def custom_profile(llm_id: str, admission: Admission) -> Profile:
+    """A custom LLM seen as a profile: its own model and limits, no tags, no
+    fallback, no failover (it is one endpoint, not a pool)."""
+    profile = Profile(
+        id=llm_id,
+        name=llm_id,
+        base_model=admission.model,
+        supports_tools=True,  # whatever the endpoint does with tools is its own answer
+        supports_images=True,
+    )
+    if admission.max_output_tokens is not None:
+        profile = dataclasses.replace(profile, max_output_tokens=admission.max_output_tokens)
+    return profile

@@ -1,0 +1,144 @@
+"""Secrets API: ``/api/projects/{projectId}/secrets``.
+
+Values are write-only: they go in on create and ``PUT .../value`` and never come
+back (responses carry a masked ``hint``). Members read the list; owners, platform
+admins and the project's API keys write. Another project's secret is a 404
+``secret_not_found``, exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import msgspec
+from litestar import Controller, delete, get, patch, post, put
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.db.models import ProjectSecret
+from app.domain.projects.controllers import LimitQuery, OffsetQuery
+from app.domain.projects.deps import projects_principal
+from app.domain.projects.services import ProjectAccess
+from app.domain.secrets.deps import secret_access
+from app.domain.secrets.schemas import (
+    SecretCreate,
+    SecretOut,
+    SecretUpdate,
+    SecretUser,
+    SecretValueIn,
+)
+from app.domain.secrets.services import ProjectSecretService, SecretChanges
+from app.lib.pagination import DEFAULT_LIMIT, Page
+from app.lib.vault import Vault
+
+
+def secret_out(row: ProjectSecret, used_by: list[SecretUser]) -> SecretOut:
+    return SecretOut(
+        id=row.id,
+        name=row.name,
+        description=row.description,
+        hint=row.hint,
+        created_at=row.created_at,
+        rotated_at=row.rotated_at,
+        used_by=used_by,
+    )
+
+
+async def _out(service: ProjectSecretService, row: ProjectSecret) -> SecretOut:
+    users = await service.users_of(row.project_id, [row.id])
+    return secret_out(row, users.get(row.id, []))
+
+
+def _require_write(access: ProjectAccess, action: str) -> None:
+    access.require(access.can_manage_credentials, action)
+
+
+class ProjectSecretController(Controller):
+    path = "/api/projects/{project_id:uuid}/secrets"
+    tags = ["projects"]
+    dependencies = {"principal": projects_principal, "secret_access": secret_access}
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create_secret(
+        self,
+        data: SecretCreate,
+        secret_access: ProjectAccess,
+        secrets_service: ProjectSecretService,
+        vault: Vault,
+    ) -> SecretOut:
+        _require_write(secret_access, "create secrets")
+        row = await secrets_service.create_secret(
+            secret_access.project.id,
+            name=data.name,
+            value=data.value,
+            description=data.description,
+            vault=vault,
+        )
+        return secret_out(row, [])
+
+    @get("/")
+    async def list_secrets(
+        self,
+        secret_access: ProjectAccess,
+        secrets_service: ProjectSecretService,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+    ) -> Page[SecretOut]:
+        project_id = secret_access.project.id
+        rows, total = await secrets_service.page(project_id, limit, offset)
+        users = await secrets_service.users_of(project_id, [r.id for r in rows])
+        items = [secret_out(r, users.get(r.id, [])) for r in rows]
+        return Page(items=items, total=total, limit=limit, offset=offset)
+
+    @get("/{secret_id:uuid}")
+    async def get_secret(
+        self,
+        secret_id: UUID,
+        secret_access: ProjectAccess,
+        secrets_service: ProjectSecretService,
+    ) -> SecretOut:
+        row = await secrets_service.require(secret_access.project.id, secret_id)
+        return await _out(secrets_service, row)
+
+    @put("/{secret_id:uuid}/value")
+    async def replace_value(
+        self,
+        secret_id: UUID,
+        data: SecretValueIn,
+        secret_access: ProjectAccess,
+        secrets_service: ProjectSecretService,
+        secret_changes: SecretChanges,
+        vault: Vault,
+    ) -> SecretOut:
+        _require_write(secret_access, "change secrets")
+        project_id = secret_access.project.id
+        row = await secrets_service.replace_value(project_id, secret_id, data.value, vault)
+        await secret_changes.changed(project_id, row.id)
+        return await _out(secrets_service, row)
+
+    @patch("/{secret_id:uuid}")
+    async def update_secret(
+        self,
+        secret_id: UUID,
+        data: SecretUpdate,
+        secret_access: ProjectAccess,
+        secrets_service: ProjectSecretService,
+    ) -> SecretOut:
+        _require_write(secret_access, "change secrets")
+        description = None if data.description is msgspec.UNSET else data.description
+        row = await secrets_service.update_description(
+            secret_access.project.id, secret_id, description
+        )
+        return await _out(secrets_service, row)
+
+    @delete("/{secret_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_secret(
+        self,
+        secret_id: UUID,
+        secret_access: ProjectAccess,
+        secrets_service: ProjectSecretService,
+        secret_changes: SecretChanges,
+    ) -> None:
+        _require_write(secret_access, "delete secrets")
+        project_id = secret_access.project.id
+        await secrets_service.delete_secret(project_id, secret_id)
+        await secret_changes.changed(project_id, secret_id)

@@ -1,0 +1,91 @@
+"""The error side of the OpenAPI document.
+
+Handlers declare what they return; the errors they can answer with follow from where
+they sit (auth, path parameters, writes), and every one has the same body. Rather
+than repeating that on a hundred decorators, the document is completed once, when
+the app starts, from those rules.
+"""
+
+from __future__ import annotations
+
+from litestar import Litestar
+from litestar.openapi.spec import (
+    Components,
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    OpenAPIType,
+    Operation,
+    Reference,
+    Schema,
+)
+
+ERROR_SCHEMA = "Error"
+_PUBLIC_PREFIXES = ("/api/auth/login", "/api/auth/register", "/api/auth/refresh", "/healthz")
+_OPS = ("get", "post", "put", "patch", "delete")
+_WRITES = frozenset({"post", "put", "patch", "delete"})
+_DESCRIPTIONS = {
+    400: "Invalid input: `param` names the field, `code` says what is wrong",
+    401: "Missing, malformed, expired or revoked credentials",
+    403: "The credentials are valid but may not do this (`code` says why)",
+    404: "Not found, or another project's (the two are not told apart)",
+    409: "Conflicts with the current state (a name in use, an object still referenced)",
+    413: "The request body is larger than ARONA_MAX_BODY_BYTES",
+    429: "A quota or rate limit is spent; `Retry-After` says when to retry",
+    500: "Every backend able to serve the call is unavailable",
+    502: "The upstream failed (its error is quoted, at most 4 KB)",
+    503: "A dependency (the state store, the database) is unreachable",
+}
+
+
+def _error_schema() -> Schema:
+    text = Schema(type=OpenAPIType.STRING)
+    nullable_text = Schema(one_of=[text, Schema(type=OpenAPIType.NULL)])
+    detail = Schema(
+        type=OpenAPIType.OBJECT,
+        properties={"message": text, "type": text, "code": text, "param": nullable_text},
+        required=["message", "type", "code", "param"],
+    )
+    return Schema(
+        type=OpenAPIType.OBJECT,
+        properties={"error": detail},
+        required=["error"],
+        description="The one error shape of the API",
+    )
+
+
+def _statuses(path: str, method: str, operation: Operation) -> list[int]:
+    statuses = [400]
+    if not path.startswith(_PUBLIC_PREFIXES):
+        statuses += [401, 403]
+    if "{" in path:
+        statuses.append(404)
+    if method in _WRITES:
+        statuses += [409, 413]
+    if path == "/api/runtime/chat":
+        statuses += [404, 429, 500, 502, 503]
+    if path.startswith("/api/projects") and path.endswith("/test"):
+        statuses.append(502)
+    return sorted(set(statuses))
+
+
+def document_errors(app: Litestar) -> None:
+    """Add the error responses to every operation of ``app``'s OpenAPI document."""
+    schema = app.openapi_schema
+    components = schema.components
+    if isinstance(components, list) or components is None:
+        components = Components()
+        schema.components = components
+    components.schemas = {**(components.schemas or {}), ERROR_SCHEMA: _error_schema()}
+    reference = Reference(ref=f"#/components/schemas/{ERROR_SCHEMA}")
+    for path, item in (schema.paths or {}).items():
+        for method in _OPS:
+            operation: Operation | None = getattr(item, method, None)
+            if operation is None:
+                continue
+            responses = dict(operation.responses or {})
+            for status in _statuses(path, method, operation):
+                responses[str(status)] = OpenAPIResponse(
+                    description=_DESCRIPTIONS[status],
+                    content={"application/json": OpenAPIMediaType(schema=reference)},
+                )
+            operation.responses = responses
