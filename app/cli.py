@@ -280,7 +280,7 @@ def demo(port: int | None, upstream_port: int | None, pool_port: int | None) -> 
             [
                 "",
                 "Arona demo (embedded SQLite + in-memory state)",
-                f"  API            {url}/api  (docs: {url}/api/docs)",
+                f"  API            {url}/api  (docs: {url}/schema)",
                 f"  health         {url}/healthz",
                 f"  admin login    {creds.admin_email} / {creds.admin_password}",
                 f"  demo project   {creds.project_id}",

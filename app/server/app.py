@@ -48,6 +48,7 @@ from app.lib.settings import Settings, load_settings
 from app.server.errors import exception_handlers
 from app.server.lifespan import build_lifespan
 from app.server.middleware import request_context_middleware
+from app.server.openapi import document_errors
 from app.server.ops import ops_controller
 from app.server.resources import Resources, build_resources
 
@@ -147,10 +148,11 @@ def create_app(
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],
         lifespan=[build_lifespan(resources)],
+        on_startup=[document_errors],
         exception_handlers=exception_handlers(),
         request_max_body_size=settings.max_body_bytes,
         cors_config=cors,
-        openapi_config=OpenAPIConfig(title="Arona", version=__version__, path="/api/docs"),
+        openapi_config=OpenAPIConfig(title="Arona", version=__version__, path="/schema"),
         logging_config=None,
         debug=False,
     )

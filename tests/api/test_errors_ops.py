@@ -151,9 +151,34 @@ async def test_missing_credentials_are_a_401(any_client, path):
 
 
 async def test_openapi_schema_is_served_and_lists_the_api(client):
-    response = await client.get("/api/docs/openapi.json")
+    response = await client.get("/schema/openapi.json")
     assert response.status_code == 200
     paths = response.json()["paths"]
     assert "/api/auth/login" in paths
     assert "/api/projects/{project_id}/api-keys" in paths
     assert "/healthz" not in paths
+
+
+async def test_openapi_documents_every_error_in_the_one_shape(client):
+    document = (await client.get("/schema/openapi.json")).json()
+    assert set(document["components"]["schemas"]["Error"]["properties"]) == {"error"}
+    missing = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            responses = operation["responses"]
+            expected = {"400"}
+            if "{" in path:
+                expected.add("404")
+            if not path.startswith(("/api/auth/login", "/api/auth/register", "/api/auth/refresh")):
+                expected |= {"401", "403"}
+            for status in expected - set(responses):
+                missing.append(f"{method.upper()} {path}: {status}")
+            for status, response in responses.items():
+                if status.startswith(("4", "5")):
+                    ref = response["content"]["application/json"]["schema"]["$ref"]
+                    assert ref == "#/components/schemas/Error", (path, status)
+    assert missing == []
+    chat = document["paths"]["/api/runtime/chat"]["post"]["responses"]
+    assert {"429", "502"} <= set(chat)
