@@ -34,8 +34,18 @@ serve: install ## Serve with the configured ARONA_* settings (run `make migrate`
 migrate: install ## Apply database migrations to ARONA_DATABASE_URL
 	$(RUN) arona migrate
 
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: browser
+browser: ## Install Debian's Chromium for the browser tests if it is missing (never a download by Playwright)
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi; \
+	fi
+
 .PHONY: test
-test: install ## Run the whole suite (needs PostgreSQL and Redis on localhost)
+test: install browser ## Run the whole suite (needs PostgreSQL and Redis on localhost; installs Chromium if missing)
 	$(RUN) pytest
 
 .PHONY: check

@@ -63,6 +63,7 @@ class Settings:
     """None: seed from ``config/vllm-backends.json`` when that file exists."""
     failover_window_seconds: float = 30.0
     failover_min_samples: int = 3
+    session_idle_seconds: int = 30 * 60
     custom_llm_allow_private: bool = False
     """Let project custom LLMs reach loopback, private, link-local and reserved addresses
     (tests and demos with local fakes); cloud metadata addresses stay refused."""
@@ -215,6 +216,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         values["failover_window_seconds"] = _parse_positive_float(
             "ARONA_FAILOVER_WINDOW_SECONDS", v
         )
+    if (v := get("ARONA_SESSION_IDLE_SECONDS")) is not None:
+        values["session_idle_seconds"] = _parse_int("ARONA_SESSION_IDLE_SECONDS", v, minimum=60)
     if (v := get("ARONA_FAILOVER_MIN_SAMPLES")) is not None:
         values["failover_min_samples"] = _parse_int("ARONA_FAILOVER_MIN_SAMPLES", v, minimum=1)
     if (v := get("ARONA_CUSTOM_LLM_ALLOW_PRIVATE")) is not None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
 from litestar import Litestar, asgi
 from litestar.config.cors import CORSConfig
+from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.di import Provide
 from litestar.handlers import ASGIRouteHandler
 from litestar.openapi.config import OpenAPIConfig
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
 
 from app import __version__
 from app.domain.accounts.controllers import AuthController
@@ -15,6 +20,8 @@ from app.domain.accounts.deps import accounts_dependencies
 from app.domain.backends.controllers import AliasAdminController, BackendAdminController
 from app.domain.backends.deps import backends_dependencies
 from app.domain.backends.failover import FailoverAdminController
+from app.domain.console.auth_pages import ConsoleAuthPages
+from app.domain.console.project_pages import ProjectPages
 from app.domain.conversations.controllers import (
     PinAdminController,
     ProjectConversationController,
@@ -42,6 +49,7 @@ from app.domain.quotas.deps import quotas_dependencies
 from app.domain.runtime.controllers import RuntimeController
 from app.domain.secrets.controllers import ProjectSecretController
 from app.domain.secrets.deps import secrets_dependencies
+from app.domain.web.deps import web_dependencies
 from app.lib.logging import configure_logging
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings, load_settings
@@ -51,6 +59,9 @@ from app.server.middleware import request_context_middleware
 from app.server.openapi import document_errors
 from app.server.ops import ops_controller
 from app.server.resources import Resources, build_resources
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+STATIC_DIR = Path(__file__).resolve().parent.parent.parent / "static"
 
 
 def _constant(value: object) -> Provide:
@@ -85,6 +96,7 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "quota_gate": _constant(resources.quota_gate),
         "quota_sync": _constant(resources.quota_sync),
         "failover_control": _constant(resources.failover_control),
+        "web_sessions": _constant(resources.web_sessions),
         "runtime_chat": _constant(resources.runtime_chat),
     }
 
@@ -132,6 +144,9 @@ def create_app(
             OverrideController,
             GatewayController,
             *_gateway_routes(resources),
+            ConsoleAuthPages,
+            ProjectPages,
+            create_static_files_router(path="/static", directories=[STATIC_DIR]),
         ],
         dependencies={
             **_resource_dependencies(resources),
@@ -145,8 +160,10 @@ def create_app(
             **custom_llms_dependencies(),
             **overrides_dependencies(),
             **gateway_dependencies(resources.authenticator, resources.gateway),
+            **web_dependencies(),
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],
+        template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine),
         lifespan=[build_lifespan(resources)],
         on_startup=[document_errors],
         exception_handlers=exception_handlers(),

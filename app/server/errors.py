@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+from urllib.parse import urlencode
 
 import structlog
 from advanced_alchemy.exceptions import DuplicateKeyError
 from advanced_alchemy.exceptions import NotFoundError as RepositoryNotFoundError
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
+from litestar.response import Redirect, Template
 from litestar.types import ExceptionHandlersMap
 
 from app.lib.errors import AronaError, error_body
@@ -39,7 +42,41 @@ def current_request_id() -> str | None:
     return value if isinstance(value, str) else None
 
 
-def handle_arona_error(_: Request[Any, Any, Any], exc: AronaError) -> Response[Any]:
+_NOT_PAGES = ("/api/", "/v1/", "/schema", "/healthz", "/readyz", "/metrics", "/static/")
+_PAGE_TITLES = {401: "Please log in", 403: "Not allowed", 404: "Not found", 429: "Slow down"}
+
+
+def _is_page(request: Request[Any, Any, Any]) -> bool:
+    return not request.url.path.startswith(_NOT_PAGES)
+
+
+def _page_error(request: Request[Any, Any, Any], status: int, message: str) -> Response[Any]:
+    """Errors on the HTML faces: a login redirect, a toast for HTMX, or an error page."""
+    htmx = request.headers.get("hx-request") == "true"
+    if status == 401:
+        target = "/login?" + urlencode({"next": request.url.path})
+        if htmx:
+            return Response(content=b"", status_code=200, headers={"HX-Redirect": target})
+        return Redirect(target)
+    if htmx:
+        trigger = json.dumps({"toast": {"level": "error", "message": message}})
+        return Response(content=b"", status_code=status, headers={"HX-Trigger": trigger})
+    return Template(
+        template_name="error.html",
+        context={
+            "status": status,
+            "title": _PAGE_TITLES.get(status, "Something went wrong"),
+            "message": message,
+            "web_user": None,
+            "csrf_token": "",
+        },
+        status_code=status,
+    )
+
+
+def handle_arona_error(request: Request[Any, Any, Any], exc: AronaError) -> Response[Any]:
+    if _is_page(request):
+        return _page_error(request, exc.status_code, exc.message)
     return _json(exc.status_code, exc.body(), exc.headers or None)
 
 
@@ -90,10 +127,14 @@ def handle_validation_error(_: Request[Any, Any, Any], exc: ValidationException)
     return _json(400, error_body(400, message, code, param))
 
 
-def handle_http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     status = exc.status_code
     if status >= 500:
-        return handle_unexpected(_, exc)
+        return handle_unexpected(request, exc)
+    if _is_page(request) and status in (403, 404, 405):
+        return _page_error(
+            request, status, "There is no such page." if status == 404 else str(exc.detail)
+        )
     code = _HTTP_CODES.get(status, "invalid_request")
     message = exc.detail or "request failed"
     if status == 404:

@@ -17,6 +17,23 @@ from app.lib.ids import request_id as new_request_id
 from app.server.metrics import HttpMetrics
 
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+# Pages load only what Arona serves itself: no inline script or style, no framing.
+_PAGE_SECURITY_HEADERS = (
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
+_API_PREFIXES = ("/v1/", "/api/")
+
+
+def _is_page(path: str) -> bool:
+    return not path.startswith(_API_PREFIXES)
+
+
 logger = structlog.get_logger("arona.access")
 
 
@@ -41,6 +58,7 @@ def request_context_middleware(metrics: HttpMetrics) -> type:
             method = http_scope["method"]
             request_id = _incoming_request_id(scope) or new_request_id()
             header = (b"x-request-id", request_id.encode("latin-1"))
+            extra = (header, *_PAGE_SECURITY_HEADERS) if _is_page(http_scope["path"]) else (header,)
             structlog.contextvars.clear_contextvars()
             structlog.contextvars.bind_contextvars(request_id=request_id)
             started = time.perf_counter()
@@ -50,7 +68,7 @@ def request_context_middleware(metrics: HttpMetrics) -> type:
                 nonlocal status
                 if message["type"] == "http.response.start":
                     status = message["status"]
-                    message["headers"] = [*message.get("headers", ()), header]
+                    message["headers"] = [*message.get("headers", ()), *extra]
                 await send(message)
 
             try:

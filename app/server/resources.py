@@ -34,6 +34,7 @@ from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_load
 from app.domain.quotas.usage import UsageWriter
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.conversation_store import ConversationStore
+from app.domain.web.sessions import WebSessions
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
@@ -101,6 +102,7 @@ class Resources:
     gateway: GatewayService
     failover_control: FailoverControl
     runtime_chat: RuntimeChatService
+    web_sessions: WebSessions
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
     owns_password_hasher: bool = True
 
@@ -270,4 +272,5 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
             usage=usage_writer,
             admission=admission,
         ),
+        web_sessions=WebSessions(state_store, idle_seconds=settings.session_idle_seconds),
     )

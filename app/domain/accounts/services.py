@@ -188,6 +188,12 @@ class AuthService:
         )
 
     async def login(self, *, email: str, password: str, client: str) -> TokenPair:
+        user = await self.authenticate(email=email, password=password, client=client)
+        return await self._issue_pair(user.id, family_id=uuid4())
+
+    async def authenticate(self, *, email: str, password: str, client: str) -> User:
+        """Check a login (rate limited per email and per client); the web console
+        opens a session with the user, the API issues a token pair."""
         normalized = email.strip().lower()
         await self._admit_login_attempt(normalized, client)
         user = await self.users.get_by_email(normalized)
@@ -203,7 +209,7 @@ class AuthService:
         if self.passwords.needs_rehash(user.password_hash):
             user.password_hash = await self.passwords.hash(password)
             await self.users.update(user, auto_commit=True)
-        return await self._issue_pair(user.id, family_id=uuid4())
+        return user
 
     async def refresh(self, refresh_token: str) -> TokenPair:
         row = await self.refresh_tokens.get_one_or_none(

@@ -1,0 +1,1 @@
+"""The web console of project owners (HTML pages, HTMX fragments)."""

@@ -1,0 +1,154 @@
+"""Logging in and out of the console, and registering when registration is open."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.datastructures import Cookie
+from litestar.response import Redirect, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER
+
+from app.domain.accounts.controllers import client_address
+from app.domain.accounts.services import AuthService
+from app.domain.web.pages import csrf_guard, render
+from app.domain.web.sessions import COOKIE_NAME, WebSession, WebSessions
+from app.lib.errors import AronaError
+from app.lib.ids import uuid7
+from app.lib.settings import Settings
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this site: an open redirect would turn the login page into a
+    phishing aid."""
+    if target and target.startswith("/") and not target.startswith("//"):
+        return target
+    return "/projects"
+
+
+def session_cookie(request: Request[Any, Any, Any], token: str, max_age: int) -> Cookie:
+    return Cookie(
+        key=COOKIE_NAME,
+        value=token,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
+
+
+def _text(form: Any, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+class ConsoleAuthPages(Controller):
+    include_in_schema = False
+    guards = [csrf_guard]
+
+    @get("/")
+    async def home(self, web_session: WebSession | None) -> Redirect:
+        return Redirect("/projects" if web_session else "/login")
+
+    @get("/login")
+    async def login_form(
+        self, settings: Settings, web_session: WebSession | None, next: str | None = None
+    ) -> Template | Redirect:
+        if web_session is not None:
+            return Redirect(_safe_next(next))
+        return render("console/login.html", next=next, registration_open=settings.registration_open)
+
+    @post("/login", status_code=HTTP_303_SEE_OTHER)
+    async def login(
+        self,
+        request: Request[Any, Any, Any],
+        auth_service: AuthService,
+        web_sessions: WebSessions,
+        settings: Settings,
+    ) -> Template | Redirect:
+        form = await request.form()
+        email = _text(form, "email")
+        try:
+            user = await auth_service.authenticate(
+                email=email,
+                password=str(form.get("password") or ""),
+                client=client_address(request),
+            )
+        except AronaError as exc:
+            # The email stays in the form; the message says what to do.
+            return render(
+                "console/login.html",
+                status_code=exc.status_code,
+                error=exc.message,
+                email=email,
+                next=_text(form, "next"),
+                registration_open=settings.registration_open,
+            )
+        token, _ = await web_sessions.create(user.id, uuid7())
+        return Redirect(
+            _safe_next(_text(form, "next")),
+            status_code=HTTP_303_SEE_OTHER,
+            cookies=[session_cookie(request, token, settings.session_idle_seconds)],
+        )
+
+    @post("/logout", status_code=HTTP_303_SEE_OTHER)
+    async def logout(self, web_session: WebSession | None, web_sessions: WebSessions) -> Redirect:
+        if web_session is not None:
+            await web_sessions.destroy(web_session)
+        return Redirect(
+            "/login",
+            status_code=HTTP_303_SEE_OTHER,
+            cookies=[Cookie(key=COOKIE_NAME, value="", max_age=0, path="/")],
+        )
+
+    @get("/register")
+    async def register_form(self, settings: Settings) -> Template:
+        if not settings.registration_open:
+            return render(
+                "error.html",
+                status_code=403,
+                status=403,
+                title="Registration is closed",
+                message="Ask an administrator for an account.",
+            )
+        return render("console/register.html", errors={})
+
+    @post("/register", status_code=HTTP_303_SEE_OTHER)
+    async def register(
+        self,
+        request: Request[Any, Any, Any],
+        auth_service: AuthService,
+        web_sessions: WebSessions,
+        settings: Settings,
+    ) -> Template | Redirect:
+        form = await request.form()
+        email, name = _text(form, "email"), _text(form, "name")
+        password = str(form.get("password") or "")
+        errors: dict[str, str] = {}
+        if "@" not in email:
+            errors["email"] = "Enter an email address."
+        if len(password) < 8:
+            errors["password"] = "Use at least 8 characters."  # noqa: S105 (a message)
+        if errors:
+            return render(
+                "console/register.html", status_code=400, errors=errors, email=email, name=name
+            )
+        try:
+            user = await auth_service.register(email=email, password=password, name=name)
+        except AronaError as exc:
+            field = exc.param or ""
+            return render(
+                "console/register.html",
+                status_code=exc.status_code,
+                errors={field: exc.message} if field else {},
+                error=None if field else exc.message,
+                email=email,
+                name=name,
+            )
+        token, _ = await web_sessions.create(user.id, uuid7())
+        return Redirect(
+            "/projects",
+            status_code=HTTP_303_SEE_OTHER,
+            cookies=[session_cookie(request, token, settings.session_idle_seconds)],
+        )

@@ -1,0 +1,92 @@
+"""The console's project pages: the list, creating one, and a project's page with its
+settings tabs (each tab is a fragment loaded into the page)."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from litestar import Controller, Request, get, post
+from litestar.response import Redirect, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER
+
+from app.domain.projects.services import ProjectService
+from app.domain.web.pages import WebUser, csrf_guard, render
+from app.lib.errors import AronaError
+
+PAGE_SIZE = 100
+TABS = (
+    ("overview", "Overview"),
+    ("custom-llms", "Custom LLMs"),
+    ("secrets", "Secrets"),
+    ("overrides", "Overrides"),
+    ("quota", "Quotas and usage"),
+    ("keys", "Keys"),
+    ("models", "Models"),
+    ("conversations", "Conversations"),
+)
+
+
+class ProjectPages(Controller):
+    path = "/projects"
+    include_in_schema = False
+    guards = [csrf_guard]
+
+    @get("/")
+    async def list_projects(self, web_user: WebUser, projects_service: ProjectService) -> Template:
+        rows, total = await projects_service.visible_page(web_user.principal, PAGE_SIZE, 0)
+        return render(
+            "console/projects.html", web_user, nav="projects", projects=rows, total=total, errors={}
+        )
+
+    @post("/", status_code=HTTP_303_SEE_OTHER)
+    async def create_project(
+        self, request: Request[Any, Any, Any], web_user: WebUser, projects_service: ProjectService
+    ) -> Template | Redirect:
+        form = await request.form()
+        name = str(form.get("name") or "").strip()
+        slug = str(form.get("slug") or "").strip() or None
+        errors: dict[str, str] = {}
+        if not name:
+            errors["name"] = "Give the project a name."
+        if not errors:
+            try:
+                project = await projects_service.create_owned(
+                    name=name, slug=slug, owner_id=web_user.user.id
+                )
+            except AronaError as exc:
+                errors[exc.param or "name"] = exc.message
+            else:
+                return Redirect(f"/projects/{project.id}", status_code=HTTP_303_SEE_OTHER)
+        rows, total = await projects_service.visible_page(web_user.principal, PAGE_SIZE, 0)
+        return render(
+            "console/projects.html",
+            web_user,
+            status_code=400,
+            nav="projects",
+            projects=rows,
+            total=total,
+            errors=errors,
+            form={"name": name, "slug": slug or ""},
+        )
+
+    @get("/{project_id:uuid}")
+    async def project_page(
+        self,
+        project_id: UUID,
+        web_user: WebUser,
+        projects_service: ProjectService,
+        tab: str = "overview",
+    ) -> Template:
+        access = await projects_service.access(web_user.principal, project_id)
+        if tab not in dict(TABS):
+            tab = "overview"
+        return render(
+            "console/project.html",
+            web_user,
+            nav="projects",
+            project=access.project,
+            access=access,
+            tabs=TABS,
+            tab=tab,
+        )

@@ -1,0 +1,35 @@
+// Arona's only script besides htmx: toasts. Handlers answer with an
+// `HX-Trigger: {"toast": {"level", "message"}}` header; errors that HTMX does not
+// swap (4xx/5xx) carry one too, so a failure never passes silently.
+(function () {
+  "use strict";
+  function show(detail) {
+    var box = document.getElementById("toasts");
+    if (!box || !detail || !detail.message) { return; }
+    var item = document.createElement("p");
+    item.className = "toast toast-" + (detail.level || "info");
+    item.textContent = detail.message;
+    box.appendChild(item);
+    setTimeout(function () { item.remove(); }, 6000);
+  }
+  document.addEventListener("toast", function (event) { show(event.detail); });
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    if (xhr && !xhr.getResponseHeader("HX-Trigger")) {
+      show({ level: "error", message: "The server answered " + xhr.status + "." });
+    }
+  });
+  document.addEventListener("htmx:sendError", function () {
+    show({ level: "error", message: "The server cannot be reached; retrying when it is back." });
+  });
+  // Copy buttons: <button data-copy="#id">; no inline handlers under the CSP.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy]");
+    if (!button) { return; }
+    var source = document.querySelector(button.getAttribute("data-copy"));
+    if (source && navigator.clipboard) {
+      navigator.clipboard.writeText(source.value || source.textContent);
+      show({ level: "success", message: "Copied." });
+    }
+  });
+})();

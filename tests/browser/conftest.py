@@ -1,0 +1,130 @@
+"""Browser tests: a live Arona (uvicorn on a loopback port, its own PostgreSQL database
+and Redis), driven by Playwright in Debian's Chromium (``/usr/bin/chromium``, installed by
+``make browser``; never a browser download). A failing test leaves a screenshot under
+``test-results/browser/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator, Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+
+from app.bootstrap import create_admin
+from app.lib.passwords import PasswordHasher
+from app.lib.settings import Settings
+from app.server.resources import Resources
+from tests.api.auth_support import fresh_database
+from tests.api.live_server import live_server
+from tests.conftest import AppFactory, with_settings
+
+CHROMIUM = os.environ.get("ARONA_TEST_CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "browser"
+ADMIN_PASSWORD = "browser-admin-" + "p" * 12
+TIMEOUT_MS = 10_000
+
+
+@dataclass
+class Site:
+    url: str
+    resources: Resources
+    admin_email: str
+    http: httpx.AsyncClient
+
+    @property
+    def settings(self) -> Settings:
+        return self.resources.settings
+
+
+@pytest.fixture(scope="module")
+async def browser_settings(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Settings]:
+    async with fresh_database("postgres", tmp_path_factory.mktemp("browser")) as settings:
+        yield with_settings(
+            settings,
+            registration_open=True,
+            custom_llm_allow_private=True,
+            health_interval_seconds=0.5,
+        )
+
+
+@pytest.fixture
+async def site(
+    browser_settings: Settings, make_app: AppFactory, fast_hasher: PasswordHasher
+) -> AsyncIterator[Site]:
+    app = make_app(browser_settings)
+    resources: Resources = app.state.resources
+    email = f"admin-{uuid.uuid4().hex[:8]}@browser.test"
+    await create_admin(resources.db_config, fast_hasher, email=email, password=ADMIN_PASSWORD)
+    async with contextlib.AsyncExitStack() as stack:
+        url = await stack.enter_async_context(live_server(app))
+        http = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=30))
+        yield Site(url=url, resources=resources, admin_email=email, http=http)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (Debian's chromium package)")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+async def browser(chromium: str) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=chromium, headless=True, args=["--no-sandbox"]
+        )
+        yield launched
+        await launched.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[Any]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+@pytest.fixture
+async def context(
+    browser: Browser, request: pytest.FixtureRequest
+) -> AsyncIterator[BrowserContext]:
+    ctx = await browser.new_context(viewport={"width": 1280, "height": 900})
+    ctx.set_default_timeout(TIMEOUT_MS)
+    yield ctx
+    failed = getattr(request.node, "report_call", None)
+    if failed is not None and failed.failed:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+        for index, page in enumerate(ctx.pages):
+            with contextlib.suppress(Exception):
+                await page.screenshot(path=str(SCREENSHOTS / f"{name}-{index}.png"), full_page=True)
+    await ctx.close()
+
+
+@pytest.fixture
+async def page(context: BrowserContext) -> Page:
+    return await context.new_page()
+
+
+async def log_in(page: Page, site: Site, email: str, password: str) -> None:
+    await page.goto(f"{site.url}/login")
+    await page.get_by_label("Email").fill(email)
+    await page.get_by_label("Password").fill(password)
+    await page.get_by_role("button", name="Log in").click()
+    await page.wait_for_url(re.compile(r".*/projects$"))
+
+
+async def log_in_as_admin(page: Page, site: Site) -> None:
+    await log_in(page, site, site.admin_email, ADMIN_PASSWORD)

@@ -1,0 +1,65 @@
+"""The console's first steps in a real browser: log in, create a project, log out;
+and the rules every page follows (CSP, CSRF, login redirects, phone width)."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.async_api import Page, expect
+
+from tests.browser.conftest import ADMIN_PASSWORD, Site, log_in_as_admin
+
+
+async def test_log_in_create_a_project_and_log_out(page: Page, site: Site) -> None:
+    console_errors: list[str] = []
+    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+
+    await page.goto(f"{site.url}/projects")
+    await expect(page).to_have_url(re.compile(r".*/login\?next=%2Fprojects$"))
+    await page.get_by_label("Email").fill(site.admin_email)
+    await page.get_by_label("Password").fill("wrong password")
+    await page.get_by_role("button", name="Log in").click()
+    await expect(page.get_by_role("alert")).to_contain_text("invalid")
+    await expect(page.get_by_label("Email")).to_have_value(site.admin_email)  # kept
+
+    await page.get_by_label("Password").fill(ADMIN_PASSWORD)
+    await page.get_by_role("button", name="Log in").click()
+    await expect(page).to_have_url(re.compile(r".*/projects$"))
+
+    await page.get_by_role("button", name="Create project").click()
+    await expect(page.locator("#project-name-error")).to_contain_text("name")
+    await page.get_by_label("Name", exact=True).fill("Browser project")
+    await page.get_by_role("button", name="Create project").click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("Browser project")
+    await expect(page.get_by_role("tab", name="Custom LLMs")).to_be_visible()
+
+    await page.get_by_role("button", name="Log out").click()
+    await expect(page).to_have_url(re.compile(r".*/login$"))
+    await page.goto(f"{site.url}/projects")
+    await expect(page).to_have_url(re.compile(r".*/login.*"))
+    assert not [e for e in console_errors if "Content Security Policy" in e], console_errors
+
+
+async def test_a_form_post_without_the_csrf_token_is_refused(page: Page, site: Site) -> None:
+    await log_in_as_admin(page, site)
+    cookies = {c["name"]: c["value"] for c in await page.context.cookies()}
+    response = await site.http.post(
+        "/projects", data={"name": "forged"}, cookies={"arona_session": cookies["arona_session"]}
+    )
+    assert response.status_code == 403
+    assert "forged" not in (await site.http.get("/api/projects")).text
+
+
+async def test_pages_send_a_strict_content_security_policy(site: Site) -> None:
+    response = await site.http.get("/login")
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy
+    assert "unsafe-inline" not in policy
+    assert "content-security-policy" not in (await site.http.get("/api/projects")).headers
+
+
+async def test_the_console_fits_a_phone(page: Page, site: Site) -> None:
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await log_in_as_admin(page, site)
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390
