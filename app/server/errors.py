@@ -42,12 +42,14 @@ def current_request_id() -> str | None:
     return value if isinstance(value, str) else None
 
 
-_NOT_PAGES = ("/api/", "/v1/", "/schema", "/healthz", "/readyz", "/metrics", "/static/")
+# The HTML faces; everything else (the APIs, ops endpoints) answers in JSON.
+_PAGE_PREFIXES = ("/login", "/logout", "/register", "/projects", "/admin")
 _PAGE_TITLES = {401: "Please log in", 403: "Not allowed", 404: "Not found", 429: "Slow down"}
 
 
 def _is_page(request: Request[Any, Any, Any]) -> bool:
-    return not request.url.path.startswith(_NOT_PAGES)
+    path = request.url.path
+    return path == "/" or path.startswith(_PAGE_PREFIXES)
 
 
 def _page_error(request: Request[Any, Any, Any], status: int, message: str) -> Response[Any]:

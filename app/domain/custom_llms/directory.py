@@ -44,13 +44,13 @@ an invalidation is never cached.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
 from app.domain.custom_llms.services import LLM_ID_PREFIX, StoredLlm, llm_id
 from app.domain.custom_llms.templates import context_window_tokens
+from app.lib.keyed_cache import KeyedCache
 from app.routing.backends.openai import auth_headers
 from app.routing.types import AuthScheme, BackendSpec
 
@@ -129,12 +129,14 @@ class CustomListing:
 
 class _Project:
     """One project's cached custom LLMs; replaced, never edited, on invalidation
-    (except ``targets``/``opening``, filled as keys are opened)."""
+    (except ``targets``, filled as keys are opened)."""
 
-    __slots__ = ("listing", "opening", "rows", "targets")
+    __slots__ = ("listing", "rows", "targets")
 
-    def __init__(self, rows: Sequence[StoredLlm]) -> None:
-        self.rows = {row.name: row for row in rows}
+    def __init__(
+        self, rows: Sequence[StoredLlm], open_target: Callable[[StoredLlm], Awaitable[CustomTarget]]
+    ) -> None:
+        self.rows = by_name = {row.name: row for row in rows}
         self.listing = [
             CustomListing(
                 llm_id=llm_id(row.name),
@@ -147,8 +149,13 @@ class _Project:
             for row in sorted(rows, key=lambda r: r.name)
             if row.enabled
         ]
-        self.targets: dict[str, CustomTarget] = {}
-        self.opening: dict[str, asyncio.Task[CustomTarget]] = {}
+        # Each key is opened on its first call, once for concurrent calls; a failure is
+        # not kept. An entry dropped meanwhile (a rotation) is no longer read: caching
+        # into it is harmless, and the next call opens the key again from the new entry.
+        # (The loader holds the rows, not ``self``: no reference cycle per project.)
+        self.targets: KeyedCache[str, CustomTarget] = KeyedCache(
+            lambda name: open_target(by_name[name])
+        )
 
 
 class CustomLlmDirectory:
@@ -163,32 +170,20 @@ class CustomLlmDirectory:
         self._loader = loader
         self._reveal = reveal
         self._open_key = open_key
-        self._max_projects = max_projects
-        self._entries: dict[UUID, _Project] = {}
-        # One database read per project at a time, shared by concurrent misses.
-        self._loading: dict[UUID, asyncio.Task[_Project]] = {}
-        # Bumped by every invalidation: a read that started before one is not cached.
-        self._epoch = 0
+        # One database read per project at a time, shared by concurrent misses; a read
+        # that started before an invalidation is not cached.
+        self._entries: KeyedCache[UUID, _Project] = KeyedCache(self._read, max_entries=max_projects)
 
     # ------------------------------------------------------------------ reading
 
     async def target(self, project_id: UUID, name: str) -> CustomTarget | None:
-        entry = await self._entry(project_id)
-        found = entry.targets.get(name)
-        if found is not None:
-            return found
-        row = entry.rows.get(name)
-        if row is None:
+        entry = await self._entries.get(project_id)
+        if name not in entry.rows:
             return None
-        task = entry.opening.get(name)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._open(project_id, entry, row))
-            entry.opening[name] = task
-            task.add_done_callback(lambda done: _opened(entry, name, done))
-        return await asyncio.shield(task)
+        return await entry.targets.get(name)
 
     async def listing(self, project_id: UUID) -> list[CustomListing]:
-        return list((await self._entry(project_id)).listing)
+        return list((await self._entries.get(project_id)).listing)
 
     async def open(self, llm: StoredLlm) -> CustomTarget:
         """A target for a row just read from the database, key opened, not cached
@@ -199,52 +194,18 @@ class CustomLlmDirectory:
 
     def invalidate_project(self, project_id: UUID) -> None:
         """The project's custom LLMs (or a secret they use) changed."""
-        self._epoch += 1
-        self._entries.pop(project_id, None)
-        self._loading.pop(project_id, None)
+        self._entries.invalidate(project_id)
 
     def invalidate_all(self) -> None:
-        self._epoch += 1
-        self._entries.clear()
-        self._loading.clear()
+        self._entries.invalidate_all()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     # ---------------------------------------------------------------- internals
 
-    async def _entry(self, project_id: UUID) -> _Project:
-        entry = self._entries.get(project_id)
-        if entry is not None:
-            return entry
-        task = self._loading.get(project_id)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._read(project_id, self._epoch))
-            self._loading[project_id] = task
-            task.add_done_callback(lambda done: self._read_done(project_id, done))
-        return await asyncio.shield(task)
-
-    async def _read(self, project_id: UUID, epoch: int) -> _Project:
-        entry = _Project(await self._loader(project_id))
-        if epoch == self._epoch:
-            if project_id not in self._entries and len(self._entries) >= self._max_projects:
-                del self._entries[next(iter(self._entries))]
-            self._entries[project_id] = entry
-        return entry
-
-    def _read_done(self, project_id: UUID, task: asyncio.Task[_Project]) -> None:
-        if self._loading.get(project_id) is task:
-            del self._loading[project_id]
-        if not task.cancelled():
-            task.exception()  # retrieved: its waiters (if any are left) get it raised
-
-    async def _open(self, project_id: UUID, entry: _Project, row: StoredLlm) -> CustomTarget:
-        target = await self._target(row)
-        # An entry dropped meanwhile (a rotation) is no longer read: caching into it
-        # is harmless, and the next call opens the key again from the new entry.
-        if self._entries.get(project_id) is entry:
-            entry.targets[row.name] = target
-        return target
+    async def _read(self, project_id: UUID) -> _Project:
+        return _Project(await self._loader(project_id), self._target)
 
     async def _target(self, row: StoredLlm) -> CustomTarget:
         key: str | None = None
@@ -268,10 +229,3 @@ class CustomLlmDirectory:
             max_output_tokens=row.max_output_tokens,
             enabled=row.enabled,
         )
-
-
-def _opened(entry: _Project, name: str, task: asyncio.Task[CustomTarget]) -> None:
-    if entry.opening.get(name) is task:
-        del entry.opening[name]
-    if not task.cancelled():
-        task.exception()

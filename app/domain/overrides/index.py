@@ -48,11 +48,12 @@ This module has no database or framework code: the loader is handed in
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from uuid import UUID
+
+from app.lib.keyed_cache import KeyedCache
 
 # Projects kept at most; past that the oldest entries are dropped.
 DEFAULT_MAX_PROJECTS = 10_000
@@ -117,6 +118,10 @@ def _entry(overrides: Iterable[LoadedOverride]) -> _Entry:
     return _Entry(by_conversation=by_conversation, weight=count)
 
 
+def _weight(entry: _Entry) -> int:
+    return entry.weight
+
+
 class OverrideIndex:
     def __init__(
         self,
@@ -128,14 +133,15 @@ class OverrideIndex:
         if max_projects < 1 or max_overrides < 1:
             raise ValueError("max_projects and max_overrides must be at least 1")
         self._loader = loader
-        self._max_projects = max_projects
-        self._max_overrides = max_overrides
-        self._entries: dict[UUID, _Entry] = {}
-        self._weight = 0
-        # One database read per project at a time, shared by concurrent misses.
-        self._loading: dict[UUID, asyncio.Task[_Entry]] = {}
-        # Bumped by every invalidation: a read that started before one is not cached.
-        self._epoch = 0
+        # One database read per project at a time, shared by concurrent misses; a read
+        # that started before an invalidation is not cached. Oldest first; a project
+        # heavier than the whole budget is still kept alone.
+        self._entries: KeyedCache[UUID, _Entry] = KeyedCache(
+            self._read,
+            max_entries=max_projects,
+            weight=_weight,
+            max_weight=max_overrides,
+        )
 
     # ------------------------------------------------------------------ reading
 
@@ -145,9 +151,7 @@ class OverrideIndex:
         """The override for this request, or ``None`` (see the module docstring)."""
         if not conversation_id:
             return None
-        entry = self._entries.get(project_id)
-        if entry is None:
-            entry = await asyncio.shield(self._load(project_id))
+        entry = await self._entries.get(project_id)
         candidates = entry.by_conversation.get(conversation_id)
         if candidates is None:
             return None
@@ -167,58 +171,19 @@ class OverrideIndex:
     @property
     def cached_overrides(self) -> int:
         """The weight held: overrides cached, a project without any counting one."""
-        return self._weight
+        return self._entries.weight
 
     # ------------------------------------------------------------- invalidation
 
     def invalidate_project(self, project_id: UUID) -> None:
         """The project's overrides changed: its next request reads them again."""
-        self._epoch += 1
-        entry = self._entries.pop(project_id, None)
-        if entry is not None:
-            self._weight -= entry.weight
-        # A read in flight may have missed the change: later callers start a new one.
-        self._loading.pop(project_id, None)
+        self._entries.invalidate(project_id)
 
     def invalidate_all(self) -> None:
         """Forget every project (events may have been lost)."""
-        self._epoch += 1
-        self._entries.clear()
-        self._weight = 0
-        self._loading.clear()
+        self._entries.invalidate_all()
 
     # ---------------------------------------------------------------- internals
 
-    def _load(self, project_id: UUID) -> asyncio.Task[_Entry]:
-        task = self._loading.get(project_id)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._read(project_id, self._epoch))
-            self._loading[project_id] = task
-            task.add_done_callback(lambda done: self._read_done(project_id, done))
-        return task
-
-    async def _read(self, project_id: UUID, epoch: int) -> _Entry:
-        entry = _entry(await self._loader(project_id))
-        if epoch == self._epoch:
-            self._store(project_id, entry)
-        return entry
-
-    def _read_done(self, project_id: UUID, task: asyncio.Task[_Entry]) -> None:
-        if self._loading.get(project_id) is task:
-            del self._loading[project_id]
-        if not task.cancelled():
-            task.exception()  # retrieved: its waiters (if any are left) get it raised
-
-    def _store(self, project_id: UUID, entry: _Entry) -> None:
-        old = self._entries.pop(project_id, None)
-        if old is not None:
-            self._weight -= old.weight
-        # Oldest first; a project heavier than the whole budget is still kept alone.
-        while self._entries and (
-            len(self._entries) >= self._max_projects
-            or self._weight + entry.weight > self._max_overrides
-        ):
-            dropped = self._entries.pop(next(iter(self._entries)))
-            self._weight -= dropped.weight
-        self._entries[project_id] = entry
-        self._weight += entry.weight
+    async def _read(self, project_id: UUID) -> _Entry:
+        return _entry(await self._loader(project_id))

@@ -27,7 +27,6 @@ profiles alone (a ``custom:<name>`` call is served from the custom LLM directory
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from uuid import UUID
 
 from app.domain.profiles.schemas import LlmCatalog, LlmOut
 from app.lib.errors import BadRequestError, NotFoundError
+from app.lib.keyed_cache import KeyedCache
 from app.routing.profiles import Profile, ProfileTable
 
 # Entries kept at most; past that the oldest is dropped (and re-read when next asked).
@@ -83,13 +83,12 @@ class ProfileCatalog:
     ) -> None:
         self._table = table
         self._loader = loader
-        self._max_projects = max_projects
         self._clock = clock
-        self._entries: dict[UUID, CatalogEntry] = {}
-        # One database read per project at a time, shared by concurrent misses.
-        self._loading: dict[UUID, asyncio.Task[CatalogEntry]] = {}
-        # Bumped by every invalidation: a read that started before one is not cached.
-        self._epoch = 0
+        # One database read per project at a time, shared by concurrent misses; a read
+        # that started before an invalidation is not cached.
+        self._entries: KeyedCache[UUID, CatalogEntry] = KeyedCache(
+            self._read, max_entries=max_projects
+        )
         self._extra: ExtraSource | None = None
 
     def attach_source(self, source: ExtraSource) -> None:
@@ -147,17 +146,12 @@ class ProfileCatalog:
 
     def invalidate_project(self, project_id: UUID) -> None:
         """The project's settings changed: its next request reads them again."""
-        self._epoch += 1
-        self._entries.pop(project_id, None)
-        # A read in flight may have missed the change: later callers start a new one.
-        self._loading.pop(project_id, None)
+        self._entries.invalidate(project_id)
 
     def invalidate_all(self) -> None:
         """Every project's settings may have changed (a profile was deleted, events
         may have been lost)."""
-        self._epoch += 1
-        self._entries.clear()
-        self._loading.clear()
+        self._entries.invalidate_all()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -165,43 +159,18 @@ class ProfileCatalog:
     # ---------------------------------------------------------------- internals
 
     async def _entry(self, project_id: UUID) -> CatalogEntry:
-        entry = self._entries.get(project_id)
-        if entry is None:
-            entry = await asyncio.shield(self._load(project_id))
+        entry = await self._entries.get(project_id)
         if entry.table_version != self._table.version:
             # Profiles changed since: rebuild from the cached settings (no database).
             fresh = self._build(project_id, entry.settings, entry.extra)
-            if self._entries.get(project_id) is entry:
-                self._entries[project_id] = fresh
+            self._entries.replace(project_id, entry, fresh)
             entry = fresh
         return entry
 
-    def _load(self, project_id: UUID) -> asyncio.Task[CatalogEntry]:
-        task = self._loading.get(project_id)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._read(project_id, self._epoch))
-            self._loading[project_id] = task
-            task.add_done_callback(lambda done: self._read_done(project_id, done))
-        return task
-
-    async def _read(self, project_id: UUID, epoch: int) -> CatalogEntry:
+    async def _read(self, project_id: UUID) -> CatalogEntry:
         settings = await self._loader(project_id)
         extra = tuple(await self._extra(project_id)) if self._extra is not None else ()
-        entry = self._build(project_id, settings, extra)
-        if epoch == self._epoch:
-            self._store(project_id, entry)
-        return entry
-
-    def _read_done(self, project_id: UUID, task: asyncio.Task[CatalogEntry]) -> None:
-        if self._loading.get(project_id) is task:
-            del self._loading[project_id]
-        if not task.cancelled():
-            task.exception()  # retrieved: its waiters (if any are left) get it raised
-
-    def _store(self, project_id: UUID, entry: CatalogEntry) -> None:
-        if project_id not in self._entries and len(self._entries) >= self._max_projects:
-            del self._entries[next(iter(self._entries))]
-        self._entries[project_id] = entry
+        return self._build(project_id, settings, extra)
 
     def _build(
         self, project_id: UUID, settings: ProjectModels, extra: tuple[LlmOut, ...] = ()

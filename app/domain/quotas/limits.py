@@ -29,6 +29,7 @@ from app.db.models import ProjectQuota
 from app.domain.quotas.errors import QuotaUnavailableError
 from app.lib.events.base import Event, EventBus
 from app.lib.events.follow import follow
+from app.lib.keyed_cache import KeyedCache
 
 logger = structlog.get_logger()
 
@@ -110,13 +111,11 @@ class QuotaLimitsCache:
     ) -> None:
         self._loader = loader
         self._max_age = max_age
-        self._max_projects = max_projects
         self._clock = clock
-        self._entries: dict[UUID, _Entry] = {}
-        # One database read per project at a time, shared by concurrent misses.
-        self._loading: dict[UUID, tuple[int, asyncio.Task[QuotaLimits]]] = {}
-        # Bumped by every invalidation: a read that started before one is not cached.
-        self._epoch = 0
+        # One database read per project at a time, shared by concurrent misses; a read
+        # that started before an invalidation is not cached (nor joined, after one of
+        # its own project).
+        self._entries: KeyedCache[UUID, _Entry] = KeyedCache(self._load, max_entries=max_projects)
         self.loads = 0
         """Database reads made (tests check the hot path makes none)."""
 
@@ -130,19 +129,11 @@ class QuotaLimitsCache:
         retried after a few seconds); with no entry at all the error is
         ``QuotaUnavailableError`` (503 ``quota_unavailable``).
         """
-        entry = self._entries.get(project_id)
+        entry = self._entries.peek(project_id)
         if entry is not None and entry.fresh_until > self._clock():
             return entry.limits
-        loading = self._loading.get(project_id)
-        if loading is not None and loading[0] == self._epoch:
-            task = loading[1]
-        else:
-            # None in flight, or one that started before an invalidation.
-            task = asyncio.create_task(self._load(project_id, self._epoch))
-            self._loading[project_id] = (self._epoch, task)
-            task.add_done_callback(lambda done: self._loaded(project_id, done))
         try:
-            return await asyncio.shield(task)
+            return (await self._entries.load(project_id)).limits
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -159,33 +150,21 @@ class QuotaLimitsCache:
                 headers={"Retry-After": "1"},
             ) from exc
 
-    def _loaded(self, project_id: UUID, task: asyncio.Task[QuotaLimits]) -> None:
-        loading = self._loading.get(project_id)
-        if loading is not None and loading[1] is task:
-            del self._loading[project_id]
-        if not task.cancelled():
-            task.exception()  # retrieved: no "never retrieved" warning without waiters
-
-    async def _load(self, project_id: UUID, epoch: int) -> QuotaLimits:
+    async def _load(self, project_id: UUID) -> _Entry:
         self.loads += 1
         limits = await self._loader(project_id)
-        if epoch == self._epoch:
-            self._entries.pop(project_id, None)
-            while len(self._entries) >= self._max_projects:
-                self._entries.pop(next(iter(self._entries)))
-            self._entries[project_id] = _Entry(limits, self._clock() + self._max_age)
-        return limits
+        return _Entry(limits, self._clock() + self._max_age)
 
     def invalidate(self, project_id: UUID) -> None:
         """Re-read this project on its next request (its quota row changed)."""
-        self._epoch += 1
-        entry = self._entries.get(project_id)
+        # Kept, but stale: served only if the re-read fails.
+        self._entries.invalidate(project_id, keep_entry=True)
+        entry = self._entries.peek(project_id)
         if entry is not None:
-            # Kept, but stale: served only if the re-read fails.
             entry.fresh_until = float("-inf")
 
     def invalidate_all(self) -> None:
-        self._epoch += 1
+        self._entries.invalidate_all(keep_entries=True)
         for entry in self._entries.values():
             entry.fresh_until = float("-inf")
 
