@@ -50,14 +50,18 @@ test: install browser ## Run the whole suite (needs PostgreSQL and Redis on loca
 
 .PHONY: check
 check: install ## Lint, format check and type check
-	$(RUN) ruff check app tests migrations bench
-	$(RUN) ruff format --check app tests migrations bench
-	$(RUN) mypy app tests bench
+	$(RUN) ruff check app tests migrations bench scripts
+	$(RUN) ruff format --check app tests migrations bench scripts
+	$(RUN) mypy app tests bench scripts
 
 .PHONY: format
 format: install ## Apply ruff formatting and safe fixes
-	$(RUN) ruff format app tests migrations bench
-	$(RUN) ruff check --fix app tests migrations bench
+	$(RUN) ruff format app tests migrations bench scripts
+	$(RUN) ruff check --fix app tests migrations bench scripts
+
+.PHONY: screenshots
+screenshots: install browser ## Screenshots for docs/console.md (run `make demo` in another terminal first)
+	$(RUN) python scripts/console_screenshots.py
 
 .PHONY: bench
 bench: install ## Side-by-side benchmark: direct vs Arona vs LiteLLM (~8 min; BENCH_ARGS=--quick)
