@@ -64,6 +64,9 @@ def _check_seed_file(settings: Settings) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
+GRACEFUL_SHUTDOWN_SECONDS = 30
+
+
 def _uvicorn_config(settings: Settings) -> uvicorn.Config:
     import uvicorn
 
@@ -77,6 +80,9 @@ def _uvicorn_config(settings: Settings) -> uvicorn.Config:
         access_log=False,
         server_header=False,
         proxy_headers=False,
+        # In-flight streams get this long to finish on a stop; an open dashboard stream
+        # would otherwise hold the shutdown until it ends on its own.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
 
 

@@ -20,7 +20,8 @@ PAGES = (
     ("projects", "/projects", None),
     ("project-custom-llms", None, "custom-llms"),
     ("project-quota", None, "quota"),
-    ("dashboard-backends", "/admin", None),
+    ("dashboard", "/admin", None),
+    ("dashboard-backends", "/admin/backends", None),
     ("dashboard-failover", "/admin/failover", None),
 )
 

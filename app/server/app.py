@@ -22,6 +22,7 @@ from app.domain.backends.deps import backends_dependencies
 from app.domain.backends.failover import FailoverAdminController
 from app.domain.console.auth_pages import ConsoleAuthPages
 from app.domain.console.project_pages import ProjectPages
+from app.domain.console.tab_pages import TAB_CONTROLLERS
 from app.domain.conversations.controllers import (
     PinAdminController,
     ProjectConversationController,
@@ -30,6 +31,7 @@ from app.domain.conversations.controllers import (
 from app.domain.conversations.deps import conversations_dependencies
 from app.domain.custom_llms.controllers import CustomLlmController
 from app.domain.custom_llms.deps import custom_llms_dependencies
+from app.domain.dashboard.pages import DASHBOARD_ROUTES
 from app.domain.gateway.asgi import gateway_asgi_handlers
 from app.domain.gateway.controllers import GatewayController
 from app.domain.gateway.deps import gateway_dependencies
@@ -98,6 +100,7 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "failover_control": _constant(resources.failover_control),
         "web_sessions": _constant(resources.web_sessions),
         "runtime_chat": _constant(resources.runtime_chat),
+        "vllm_metrics": _constant(resources.vllm_metrics),
     }
 
 
@@ -146,6 +149,8 @@ def create_app(
             *_gateway_routes(resources),
             ConsoleAuthPages,
             ProjectPages,
+            *TAB_CONTROLLERS,
+            *DASHBOARD_ROUTES,
             create_static_files_router(path="/static", directories=[STATIC_DIR]),
         ],
         dependencies={

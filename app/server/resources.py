@@ -103,6 +103,8 @@ class Resources:
     failover_control: FailoverControl
     runtime_chat: RuntimeChatService
     web_sessions: WebSessions
+    vllm_metrics: VllmMetricsCache
+    """vLLM load as routing reads it (the dashboard shows the same readings)."""
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
     owns_password_hasher: bool = True
 
@@ -179,11 +181,12 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)
     )
     aliases = AliasTable()
+    vllm_metrics = VllmMetricsCache()
     router = Router(
         registry,
         aliases,
         AffinityStore(state_store),
-        metrics=VllmMetricsCache(),
+        metrics=vllm_metrics,
         cooldown_seconds=settings.backend_cooldown_seconds,
     )
     routing = RoutingService(registry, router)
@@ -273,4 +276,5 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
             admission=admission,
         ),
         web_sessions=WebSessions(state_store, idle_seconds=settings.session_idle_seconds),
+        vllm_metrics=vllm_metrics,
     )

@@ -19,6 +19,13 @@
       show({ level: "error", message: "The server answered " + xhr.status + "." });
     }
   });
+  // A refused form (422) comes back re-rendered with its errors: swap it like a 200.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.xhr && event.detail.xhr.status === 422) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
   document.addEventListener("htmx:sendError", function () {
     show({ level: "error", message: "The server cannot be reached; retrying when it is back." });
   });

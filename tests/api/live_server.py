@@ -28,7 +28,9 @@ async def live_server(app: Litestar) -> AsyncIterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=2
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

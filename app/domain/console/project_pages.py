@@ -1,5 +1,5 @@
-"""The console's project pages: the list, creating one, and a project's page with its
-settings tabs (each tab is a fragment loaded into the page)."""
+"""The console's project pages: the list, creating one, and the way into a project's
+settings tabs (served by ``tab_pages``; each is a fragment swapped into the page)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ class ProjectPages(Controller):
             except AronaError as exc:
                 errors[exc.param or "name"] = exc.message
             else:
-                return Redirect(f"/projects/{project.id}", status_code=HTTP_303_SEE_OTHER)
+                return Redirect(
+                    f"/projects/{project.id}/tabs/overview", status_code=HTTP_303_SEE_OTHER
+                )
         rows, total = await projects_service.visible_page(web_user.principal, PAGE_SIZE, 0)
         return render(
             "console/projects.html",
@@ -77,16 +79,10 @@ class ProjectPages(Controller):
         web_user: WebUser,
         projects_service: ProjectService,
         tab: str = "overview",
-    ) -> Template:
-        access = await projects_service.access(web_user.principal, project_id)
+    ) -> Redirect:
+        """The project's page is its tab's page (``tab_pages``): one address per tab,
+        rendered whole on the server, so no tab has to load after the page."""
+        await projects_service.access(web_user.principal, project_id)
         if tab not in dict(TABS):
             tab = "overview"
-        return render(
-            "console/project.html",
-            web_user,
-            nav="projects",
-            project=access.project,
-            access=access,
-            tabs=TABS,
-            tab=tab,
-        )
+        return Redirect(f"/projects/{project_id}/tabs/{tab}")

@@ -1,0 +1,213 @@
+"""The Keys tab: the project's API keys (``/v1`` clients, automation) and runtime
+tokens (runtimes). A new one is shown once, with a copy button, in the answer that
+created it; afterwards only its name and prefix are."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+from uuid import UUID
+
+from litestar import Controller, get, post
+from litestar.response import Template
+
+from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
+from app.domain.accounts.keyring import ActiveApiKey
+from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.sync import ApiKeySync
+from app.domain.console.tab_support import TAB_SCOPE, Forms, Tab, TabScope, compact, parse
+from app.domain.projects.schemas import ApiKeyCreate, RuntimeTokenCreate
+from app.domain.web.pages import WebUser, csrf_guard
+from app.lib.clock import utcnow
+from app.lib.errors import AronaError
+from app.lib.settings import Settings
+from app.lib.tokens import TokenService
+
+KEY = "keys"
+SHOWN = 200
+DAY = 24 * 3600
+LIFETIMES = (
+    (3600, "1 hour"),
+    (DAY, "1 day"),
+    (7 * DAY, "7 days"),
+    (30 * DAY, "30 days"),
+    (90 * DAY, "90 days"),
+    (365 * DAY, "1 year"),
+)
+
+
+def _lifetimes(default_seconds: int) -> list[tuple[str, str]]:
+    options = [(str(s), label) for s, label in LIFETIMES]
+    if default_seconds not in dict(LIFETIMES):
+        options.append((str(default_seconds), f"{default_seconds // 3600} hours (default)"))
+    return options
+
+
+def _state(revoked_at: datetime.datetime | None, expires_at: datetime.datetime | None) -> str:
+    if revoked_at is not None:
+        return "revoked"
+    if expires_at is not None and expires_at <= utcnow():
+        return "expired"
+    return "active"
+
+
+async def _context(
+    scope: TabScope,
+    api_keys_service: ApiKeyService,
+    tokens_service: RuntimeTokenService,
+    settings: Settings,
+    forms: Forms | None = None,
+) -> dict[str, Any]:
+    project_id = scope.project.id
+    keys, keys_total = await api_keys_service.page(project_id, SHOWN, 0)
+    tokens, tokens_total = await tokens_service.page(project_id, SHOWN, 0)
+    return {
+        "api_keys": [
+            {
+                "id": k.id,
+                "name": k.name,
+                "prefix": k.prefix,
+                "created_at": k.created_at,
+                "last_used_at": k.last_used_at,
+                "revoked_at": k.revoked_at,
+                "state": _state(k.revoked_at, None),
+            }
+            for k in keys
+        ],
+        "api_keys_total": keys_total,
+        "tokens": [
+            {
+                "id": t.id,
+                "name": t.name,
+                "created_at": t.created_at,
+                "expires_at": t.expires_at,
+                "revoked_at": t.revoked_at,
+                "state": _state(t.revoked_at, t.expires_at),
+            }
+            for t in tokens
+        ],
+        "tokens_total": tokens_total,
+        "lifetimes": _lifetimes(settings.runtime_token_ttl_seconds),
+        "default_lifetime": str(settings.runtime_token_ttl_seconds),
+        "forms": forms or Forms(),
+    }
+
+
+def _tab(
+    scope: TabScope,
+    api_keys_service: ApiKeyService,
+    tokens_service: RuntimeTokenService,
+    settings: Settings,
+) -> Tab:
+    return scope.tab(KEY, lambda: _context(scope, api_keys_service, tokens_service, settings))
+
+
+class KeysTab(Controller):
+    path = "/projects/{project_id:uuid}"
+    include_in_schema = False
+    guards = [csrf_guard]
+    dependencies = TAB_SCOPE
+
+    @get("/tabs/keys")
+    async def show(
+        self,
+        tab_scope: TabScope,
+        api_keys_service: ApiKeyService,
+        runtime_tokens_service: RuntimeTokenService,
+        settings: Settings,
+    ) -> Template:
+        return await _tab(tab_scope, api_keys_service, runtime_tokens_service, settings).show()
+
+    @post("/api-keys")
+    async def create_key(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        web_user: WebUser,
+        api_keys_service: ApiKeyService,
+        runtime_tokens_service: RuntimeTokenService,
+        api_key_sync: ApiKeySync,
+        settings: Settings,
+    ) -> Template:
+        tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
+        tab_scope.require_credentials("create API keys")
+        form = await tab_scope.form()
+        values = {"name": form.text("name")}
+        try:
+            data = parse(ApiKeyCreate, compact(values))
+        except AronaError as exc:
+            return await tab.refuse("api-key", exc, ("name",), values)
+        # As the Projects API does: issue, then tell every replica's key ring.
+        row, secret = await api_keys_service.issue(
+            project_id=project_id, name=data.name, created_by=web_user.user.id
+        )
+        await api_key_sync.created(row.key_hash, ActiveApiKey(key_id=row.id, project_id=project_id))
+        return await tab.show(
+            "API key created: copy it now, it is shown only once.",
+            new_secret={"kind": "API key", "name": row.name, "value": secret},
+        )
+
+    @post("/api-keys/{key_id:uuid}/revoke")
+    async def revoke_key(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        key_id: UUID,
+        api_keys_service: ApiKeyService,
+        runtime_tokens_service: RuntimeTokenService,
+        api_key_sync: ApiKeySync,
+        settings: Settings,
+    ) -> Template:
+        tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
+        tab_scope.require_credentials("revoke API keys")
+        row = await api_keys_service.revoke(project_id, key_id)
+        await api_key_sync.revoked(row.key_hash)
+        return await tab.show("API key revoked.")
+
+    @post("/runtime-tokens")
+    async def create_token(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        web_user: WebUser,
+        api_keys_service: ApiKeyService,
+        runtime_tokens_service: RuntimeTokenService,
+        token_service: TokenService,
+        settings: Settings,
+    ) -> Template:
+        tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
+        tab_scope.require_credentials("issue runtime tokens")
+        form = await tab_scope.form()
+        values = {"name": form.text("name"), "expiresInSeconds": form.text("expiresInSeconds")}
+        try:
+            data = parse(RuntimeTokenCreate, compact(values))
+        except AronaError as exc:
+            return await tab.refuse("runtime-token", exc, values, values)
+        row, issued = await runtime_tokens_service.issue(
+            tokens=token_service,
+            project_id=project_id,
+            name=data.name,
+            ttl_seconds=data.expires_in_seconds or settings.runtime_token_ttl_seconds,
+            created_by=web_user.user.id,
+        )
+        return await tab.show(
+            "Runtime token created: copy it now, it is shown only once.",
+            new_secret={"kind": "Runtime token", "name": row.name, "value": issued.token},
+        )
+
+    @post("/runtime-tokens/{token_id:uuid}/revoke")
+    async def revoke_token(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        token_id: UUID,
+        api_keys_service: ApiKeyService,
+        runtime_tokens_service: RuntimeTokenService,
+        revocations: RevocationList,
+        settings: Settings,
+    ) -> Template:
+        tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
+        tab_scope.require_credentials("revoke runtime tokens")
+        row = await runtime_tokens_service.revoke(project_id, token_id)
+        await revocations.revoke(str(row.id), row.expires_at.timestamp())
+        return await tab.show("Runtime token revoked.")

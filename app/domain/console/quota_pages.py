@@ -1,0 +1,183 @@
+"""The Quotas and usage tab: the limits in force per window with what the current
+windows used, the owner's own lower limits, and the project's usage over the last
+days (per day and per model), as server-drawn charts beside their tables."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+from uuid import UUID
+
+from litestar import Controller, get, post
+from litestar.response import Template
+
+from app.domain.console.charts import bar_chart, column_chart
+from app.domain.console.tab_support import (
+    TAB_SCOPE,
+    Forms,
+    FormState,
+    TabScope,
+    failure,
+    parse,
+)
+from app.domain.quotas.controllers import quota_out
+from app.domain.quotas.gate import QuotaGate
+from app.domain.quotas.limits import QuotaSync
+from app.domain.quotas.schemas import LimitsOut, OwnerQuotaIn, WindowUsageOut
+from app.domain.quotas.services import ProjectQuotaService, WindowValues
+from app.domain.quotas.usage_queries import UsageFilters, UsageRecordService
+from app.domain.web.pages import csrf_guard
+from app.lib.clock import utcnow
+from app.lib.errors import AronaError
+
+KEY = "quota"
+FORM = "owner-limits"
+PERIODS = (7, 30, 90)
+DEFAULT_DAYS = 30
+MODELS_SHOWN = 12
+WINDOWS = (
+    ("perMinute", "per_minute", "minute", "Per minute"),
+    ("perDay", "per_day", "day", "Per day (UTC)"),
+    ("perMonth", "per_month", "month", "Per month (UTC)"),
+)
+
+
+def _limit(limits: LimitsOut, attr: str) -> int | None:
+    value: int | None = getattr(limits, attr)
+    return value
+
+
+def _days(since: datetime.date, count: int) -> list[str]:
+    return [(since + datetime.timedelta(days=i)).isoformat() for i in range(count)]
+
+
+async def _usage(usage_service: UsageRecordService, project_id: UUID, days: int) -> dict[str, Any]:
+    today = utcnow().date()
+    first = today - datetime.timedelta(days=days - 1)
+    since = datetime.datetime.combine(first, datetime.time(), tzinfo=datetime.UTC)
+    filters = UsageFilters(since=since)
+    per_day, totals = await usage_service.summary(project_id, filters, "day")
+    per_model, _ = await usage_service.summary(project_id, filters, "model")
+    by_day = {a.key: a for a in per_day}
+    keys = _days(first, days)
+    rows: list[dict[str, Any]] = [
+        {
+            "day": key,
+            "requests": by_day[key].requests if key in by_day else 0,
+            "tokens": by_day[key].total_tokens if key in by_day else 0,
+            "errors": by_day[key].errors if key in by_day else 0,
+        }
+        for key in keys
+    ]
+    short = [key[5:] for key in keys]  # MM-DD
+    models = per_model[:MODELS_SHOWN]
+    return {
+        "days": days,
+        "periods": PERIODS,
+        "since": first.isoformat(),
+        "day_rows": rows,
+        "model_rows": models,
+        "models_total": len(per_model),
+        "totals": totals,
+        "requests_chart": column_chart(
+            [(r["day"], r["requests"]) for r in rows], unit="requests", short_labels=short
+        ),
+        "tokens_chart": column_chart(
+            [(r["day"], r["tokens"]) for r in rows], unit="tokens", short_labels=short
+        ),
+        "models_chart": bar_chart([(m.key, m.requests) for m in models], unit="requests"),
+    }
+
+
+async def _context(
+    scope: TabScope,
+    quotas_service: ProjectQuotaService,
+    quota_gate: QuotaGate,
+    usage_service: UsageRecordService,
+    days: int = DEFAULT_DAYS,
+    forms: Forms | None = None,
+) -> dict[str, Any]:
+    project_id = scope.project.id
+    row = await quotas_service.of_project(project_id)
+    quota = await quota_out(project_id, row, quota_gate)
+    windows: list[dict[str, Any]] = []
+    for wire, attr, window, label in WINDOWS:
+        usage: WindowUsageOut = getattr(quota.usage, window)
+        windows.append(
+            {
+                "wire": wire,
+                "label": label,
+                "used": usage.used,
+                "limit": _limit(quota.limits, attr),
+                "admin": _limit(quota.admin_limits, attr),
+                "owner": _limit(quota.owner_limits, attr),
+                "resets_at": usage.resets_at,
+            }
+        )
+    forms = forms or Forms()
+    if FORM not in forms:
+        current = {w["wire"]: "" if w["owner"] is None else str(w["owner"]) for w in windows}
+        forms[FORM] = FormState(values=current)
+    return {
+        "windows": windows,
+        "fail_closed": quota.fail_closed,
+        "forms": forms,
+        **await _usage(usage_service, project_id, days),
+    }
+
+
+def _period(days: int | None) -> int:
+    return days if days in PERIODS else DEFAULT_DAYS
+
+
+class QuotaTab(Controller):
+    path = "/projects/{project_id:uuid}"
+    include_in_schema = False
+    guards = [csrf_guard]
+    dependencies = TAB_SCOPE
+
+    @get("/tabs/quota")
+    async def show(
+        self,
+        tab_scope: TabScope,
+        project_quotas_service: ProjectQuotaService,
+        quota_gate: QuotaGate,
+        usage_records_service: UsageRecordService,
+        days: int | None = None,
+    ) -> Template:
+        ctx = await _context(
+            tab_scope, project_quotas_service, quota_gate, usage_records_service, _period(days)
+        )
+        return await tab_scope.render(KEY, **ctx)
+
+    @post("/quota")
+    async def set_owner_limits(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        project_quotas_service: ProjectQuotaService,
+        quota_gate: QuotaGate,
+        quota_sync: QuotaSync,
+        usage_records_service: UsageRecordService,
+    ) -> Template:
+        tab_scope.require_project("change the project's quota")
+        form = await tab_scope.form()
+        values = {wire: form.text(wire) for wire, _, _, _ in WINDOWS}
+        days = _period(int(form.text("days")) if form.text("days").isdigit() else None)
+        try:
+            data = parse(OwnerQuotaIn, {k: (v or None) for k, v in values.items()})
+            await project_quotas_service.set_owner_limits(
+                project_id, WindowValues(data.per_minute, data.per_day, data.per_month)
+            )
+        except AronaError as exc:
+            state = failure(exc, values, values)
+            forms = Forms({FORM: state})
+            ctx = await _context(
+                tab_scope, project_quotas_service, quota_gate, usage_records_service, days, forms
+            )
+            return await tab_scope.refused(KEY, FORM, state, **ctx)
+        await quota_sync.project_changed(project_id)
+        ctx = await _context(
+            tab_scope, project_quotas_service, quota_gate, usage_records_service, days
+        )
+        return await tab_scope.render(KEY, message="Your limits are saved.", **ctx)

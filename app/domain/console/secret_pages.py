@@ -1,0 +1,234 @@
+"""The Secrets and Overrides tabs: write-only values (vault secrets and BYO override
+keys). A value goes in through a password field and never comes back: the tables show
+masked hints, and a refused write renders its value field empty."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from litestar import Controller, get, post
+from litestar.response import Template
+
+from app.domain.console.tab_support import TAB_SCOPE, Forms, Tab, TabScope, compact, parse
+from app.domain.conversations.services import ConversationService
+from app.domain.overrides.schemas import OverrideCreate
+from app.domain.overrides.services import OverrideService
+from app.domain.overrides.sync import OverrideSync
+from app.domain.profiles.catalog import ProfileCatalog
+from app.domain.secrets.schemas import SecretCreate, SecretValueIn
+from app.domain.secrets.services import ProjectSecretService, SecretChanges
+from app.domain.web.pages import csrf_guard
+from app.lib.errors import AronaError, ConflictError
+from app.lib.vault import Vault
+
+SECRETS = "secrets"
+OVERRIDES = "overrides"
+SHOWN = 500
+RECENT_CONVERSATIONS = 50
+
+
+async def _secrets_context(
+    scope: TabScope, service: ProjectSecretService, forms: Forms | None = None
+) -> dict[str, Any]:
+    project_id = scope.project.id
+    rows, total = await service.page(project_id, SHOWN, 0)
+    users = await service.users_of(project_id, [r.id for r in rows])
+    secrets = [
+        {
+            "id": r.id,
+            "name": r.name,
+            "description": r.description,
+            "hint": r.hint,
+            "created_at": r.created_at,
+            "rotated_at": r.rotated_at,
+            "used_by": [u.name for u in users.get(r.id, [])],
+        }
+        for r in rows
+    ]
+    return {"secrets": secrets, "secrets_total": total, "forms": forms or Forms()}
+
+
+async def _overrides_context(
+    scope: TabScope,
+    service: OverrideService,
+    conversations_service: ConversationService,
+    profile_catalog: ProfileCatalog,
+    forms: Forms | None = None,
+) -> dict[str, Any]:
+    project_id = scope.project.id
+    rows, total = await service.page(project_id, SHOWN, 0)
+    recent, _ = await conversations_service.page(project_id, RECENT_CONVERSATIONS, 0)
+    catalog = await profile_catalog.catalog(project_id)
+    return {
+        "overrides": [
+            {
+                "id": r.id,
+                "conversation_id": r.conversation_id,
+                "model_id": r.model_prefix,
+                "hint": r.key_hint,
+                "created_at": r.created_at,
+            }
+            for r in rows
+        ],
+        "overrides_total": total,
+        "recent_conversations": [(str(c.id), c.title) for c, _ in recent],
+        "model_ids": [llm.id for llm in catalog.llms],
+        "forms": forms or Forms(),
+    }
+
+
+def _secrets_tab(scope: TabScope, service: ProjectSecretService) -> Tab:
+    return scope.tab(SECRETS, lambda: _secrets_context(scope, service))
+
+
+def _overrides_tab(
+    scope: TabScope,
+    service: OverrideService,
+    conversations_service: ConversationService,
+    profile_catalog: ProfileCatalog,
+) -> Tab:
+    return scope.tab(
+        OVERRIDES,
+        lambda: _overrides_context(scope, service, conversations_service, profile_catalog),
+    )
+
+
+class SecretsTab(Controller):
+    path = "/projects/{project_id:uuid}"
+    include_in_schema = False
+    guards = [csrf_guard]
+    dependencies = TAB_SCOPE
+
+    @get("/tabs/secrets")
+    async def show(
+        self,
+        tab_scope: TabScope,
+        secrets_service: ProjectSecretService,
+    ) -> Template:
+        return await _secrets_tab(tab_scope, secrets_service).show()
+
+    @post("/secrets")
+    async def add(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        secrets_service: ProjectSecretService,
+        vault: Vault,
+    ) -> Template:
+        tab = _secrets_tab(tab_scope, secrets_service)
+        tab_scope.require_credentials("create secrets")
+        form = await tab_scope.form()
+        values = {"name": form.text("name"), "description": form.text("description")}
+        try:
+            data = parse(SecretCreate, {**compact(values), "value": form.secret("value")})
+            await secrets_service.create_secret(
+                project_id,
+                name=data.name,
+                value=data.value,
+                description=data.description,
+                vault=vault,
+            )
+        except AronaError as exc:
+            return await tab.refuse("add-secret", exc, ("name", "value", "description"), values)
+        return await tab.show(f"Secret {data.name} added.")
+
+    @post("/secrets/{secret_id:uuid}/rotate")
+    async def rotate(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        secret_id: UUID,
+        secrets_service: ProjectSecretService,
+        secret_changes: SecretChanges,
+        vault: Vault,
+    ) -> Template:
+        tab = _secrets_tab(tab_scope, secrets_service)
+        tab_scope.require_credentials("change secrets")
+        form = await tab_scope.form()
+        try:
+            data = parse(SecretValueIn, {"value": form.secret("value")})
+            row = await secrets_service.replace_value(project_id, secret_id, data.value, vault)
+        except AronaError as exc:
+            return await tab.refuse(f"rotate-{secret_id}", exc, ("value",))
+        name = row.name
+        await secret_changes.changed(project_id, secret_id)
+        return await tab.show(f"Secret {name} has a new value.")
+
+    @post("/secrets/{secret_id:uuid}/delete")
+    async def delete(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        secret_id: UUID,
+        secrets_service: ProjectSecretService,
+        secret_changes: SecretChanges,
+    ) -> Template:
+        tab = _secrets_tab(tab_scope, secrets_service)
+        tab_scope.require_credentials("delete secrets")
+        try:
+            await secrets_service.delete_secret(project_id, secret_id)
+        except ConflictError as exc:
+            # In use by custom LLMs: the message names them.
+            return await tab.refuse(f"delete-{secret_id}", exc, ())
+        await secret_changes.changed(project_id, secret_id)
+        return await tab.show("Secret deleted.")
+
+
+class OverridesTab(Controller):
+    path = "/projects/{project_id:uuid}"
+    include_in_schema = False
+    guards = [csrf_guard]
+    dependencies = TAB_SCOPE
+
+    @get("/tabs/overrides")
+    async def show(
+        self,
+        tab_scope: TabScope,
+        overrides_service: OverrideService,
+        conversations_service: ConversationService,
+        profile_catalog: ProfileCatalog,
+    ) -> Template:
+        tab = _overrides_tab(tab_scope, overrides_service, conversations_service, profile_catalog)
+        return await tab.show()
+
+    @post("/overrides")
+    async def add(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        overrides_service: OverrideService,
+        conversations_service: ConversationService,
+        profile_catalog: ProfileCatalog,
+        override_sync: OverrideSync,
+        vault: Vault,
+    ) -> Template:
+        tab = _overrides_tab(tab_scope, overrides_service, conversations_service, profile_catalog)
+        tab_scope.require_credentials("create override keys")
+        form = await tab_scope.form()
+        values = {"conversationId": form.text("conversationId"), "modelId": form.text("modelId")}
+        try:
+            data = parse(OverrideCreate, {**values, "apiKey": form.secret("apiKey").strip()})
+            await overrides_service.create_override(project_id, data, vault)
+        except AronaError as exc:
+            fields = ("conversationId", "modelId", "apiKey")
+            return await tab.refuse("add-override", exc, fields, values)
+        await override_sync.changed(project_id)
+        return await tab.show("Override key added.")
+
+    @post("/overrides/{override_id:uuid}/delete")
+    async def delete(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        override_id: UUID,
+        overrides_service: OverrideService,
+        conversations_service: ConversationService,
+        profile_catalog: ProfileCatalog,
+        override_sync: OverrideSync,
+    ) -> Template:
+        tab = _overrides_tab(tab_scope, overrides_service, conversations_service, profile_catalog)
+        tab_scope.require_credentials("delete override keys")
+        await overrides_service.delete_override(project_id, override_id)
+        await override_sync.changed(project_id)
+        return await tab.show("Override key deleted.")

@@ -1,0 +1,142 @@
+"""The dashboard's entry points: the overview at ``/admin``, the live pages' SSE
+streams, and ``DASHBOARD_ROUTES`` (every dashboard controller, for ``create_app``).
+
+Every page, fragment and stream takes ``web_admin``: not logged in is a redirect to
+the login page, a user who is not a platform admin gets 403 (both rendered by
+``app.server.errors`` for pages). Unsafe methods pass ``csrf_guard``.
+
+Routes::
+
+    GET  /admin                                   overview
+    GET  /admin/backends | /admin/backend-rows | /admin/backend-form?type=
+    POST /admin/backends                          register (a form per type)
+    GET  /admin/backends/{name}/edit              POST /admin/backends/{name} (save)
+    DELETE /admin/backends/{name}                 POST /admin/backends/{name}/probe
+    GET  /admin/aliases     POST /admin/aliases   DELETE /admin/aliases/{alias}
+    GET  /admin/profiles | /admin/profile-rows | /admin/profile-form
+    POST /admin/profiles    GET /admin/profiles/{id}/edit    POST|DELETE /admin/profiles/{id}
+    GET  /admin/failover    POST /admin/failover/switch      DELETE /admin/pins/{conversation}
+    GET  /admin/projects?page=    GET /admin/projects/{id}/row | /admin/projects/{id}/quota
+    POST /admin/projects/{id}/quota
+    GET  /admin/usage?period=24h|7d|30d
+    GET  /admin/stream/backends   GET /admin/stream/failover     (text/event-stream)
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from litestar import Controller, Request, get
+from litestar.response import Template
+from litestar.types import ControllerRouterHandler
+
+from app.domain.backends.failover import FailoverControl
+from app.domain.backends.services import BackendConfigService
+from app.domain.conversations.pins import FallbackPinService
+from app.domain.dashboard.backend_pages import AliasPages, BackendPages
+from app.domain.dashboard.common import admin_page, db_config_of, template_renderer
+from app.domain.dashboard.failover_pages import FailoverPages
+from app.domain.dashboard.failover_views import status_views
+from app.domain.dashboard.feeds import BackendsFeed, FailoverFeed
+from app.domain.dashboard.profile_pages import ProfilePages
+from app.domain.dashboard.project_pages import ProjectQuotaPages, UsagePages
+from app.domain.dashboard.stream import EventStreamResponse, feed_events
+from app.domain.dashboard.usage import usage_totals
+from app.domain.projects.services import ProjectService
+from app.domain.web.pages import WebUser, csrf_guard
+from app.lib.clock import utcnow
+from app.lib.events.base import EventBus
+from app.routing.profiles import ProfileTable
+from app.routing.registry import BackendRegistry
+from app.routing.vllm_metrics import VllmMetricsCache
+
+
+class DashboardPages(Controller):
+    path = "/admin"
+    include_in_schema = False
+    guards = [csrf_guard]
+
+    @get("/")
+    async def overview(
+        self,
+        web_admin: WebUser,
+        backend_configs_service: BackendConfigService,
+        backend_registry: BackendRegistry,
+        failover_control: FailoverControl,
+        profile_table: ProfileTable,
+        pins_service: FallbackPinService,
+        projects_service: ProjectService,
+    ) -> Template:
+        stored = await backend_configs_service.count()
+        healthy = sum(1 for state in backend_registry if state.health.healthy)
+        enabled, statuses = status_views(failover_control, profile_table)
+        _, pins = await pins_service.page(1, 0)
+        _, projects = await projects_service.visible_page(web_admin.principal, 1, 0)
+        since = utcnow() - datetime.timedelta(hours=24)
+        return admin_page(
+            "dashboard/overview.html",
+            web_admin,
+            "overview",
+            backends=stored,
+            healthy=healthy,
+            failover_enabled=enabled,
+            redirecting=sum(1 for s in statuses if s.status.state == "redirecting"),
+            slow=sum(1 for s in statuses if s.status.state == "slow"),
+            pins=pins,
+            projects=projects,
+            day=await usage_totals(projects_service.repository.session, since),
+        )
+
+
+class DashboardStreams(Controller):
+    """One SSE stream per live page (see ``app.domain.dashboard.stream`` and ``feeds``)."""
+
+    path = "/admin/stream"
+    include_in_schema = False
+
+    @get("/backends")
+    async def backends_stream(
+        self,
+        request: Request[Any, Any, Any],
+        web_admin: WebUser,
+        event_bus: EventBus,
+        backend_registry: BackendRegistry,
+        vllm_metrics: VllmMetricsCache,
+    ) -> EventStreamResponse:
+        feed = BackendsFeed(
+            db_config=db_config_of(request),
+            registry=backend_registry,
+            metrics=vllm_metrics,
+            render=template_renderer(request),
+        )
+        return EventStreamResponse(feed_events(event_bus, feed))
+
+    @get("/failover")
+    async def failover_stream(
+        self,
+        request: Request[Any, Any, Any],
+        web_admin: WebUser,
+        event_bus: EventBus,
+        failover_control: FailoverControl,
+        profile_table: ProfileTable,
+    ) -> EventStreamResponse:
+        feed = FailoverFeed(
+            db_config=db_config_of(request),
+            control=failover_control,
+            profiles=profile_table,
+            render=template_renderer(request),
+        )
+        return EventStreamResponse(feed_events(event_bus, feed))
+
+
+DASHBOARD_ROUTES: tuple[ControllerRouterHandler, ...] = (
+    DashboardPages,
+    DashboardStreams,
+    BackendPages,
+    AliasPages,
+    ProfilePages,
+    FailoverPages,
+    ProjectQuotaPages,
+    UsagePages,
+)

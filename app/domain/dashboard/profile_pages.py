@@ -1,0 +1,277 @@
+"""The model profiles page: create, change and delete profiles (preference chains for
+latency failover, slow thresholds, sticky fallbacks) through ``ModelProfileService``
+and ``ProfileSync``, exactly as ``/api/admin/model-profiles`` does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, delete, get, post
+from litestar.response import Redirect, Response, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER
+
+from app.db.models import ModelProfile
+from app.domain.dashboard.common import (
+    admin_page,
+    checked,
+    form_status,
+    fragment,
+    items,
+    notify,
+    optional_int,
+    text,
+    validation_field,
+)
+from app.domain.profiles.schemas import ProfileCreate, ProfileUpdate
+from app.domain.profiles.services import ModelProfileService
+from app.domain.profiles.sync import ProfileSync
+from app.domain.web.pages import WebUser, csrf_guard, is_htmx
+from app.lib.errors import AronaError
+
+FORM_TEMPLATE = "dashboard/partials/profile_form.html"
+PROFILE_PAGE = 1000
+# Wire names (errors name these) to form fields.
+FIELDS = {
+    "id": "id",
+    "name": "name",
+    "baseModel": "base_model",
+    "tags": "tags",
+    "supportsTools": "supports_tools",
+    "supportsImages": "supports_images",
+    "contextWindowTokens": "context_window_tokens",
+    "maxOutputTokens": "max_output_tokens",
+    "enabled": "enabled",
+    "fallbackProfileId": "fallback_profile_id",
+    "slowThresholdMs": "slow_threshold_ms",
+    "failoverChain": "failover_chain",
+}
+
+
+def _values(form: Any) -> dict[str, Any]:
+    """The form as typed, to show back when it has mistakes."""
+    values: dict[str, Any] = {field: text(form, field) for field in FIELDS.values()}
+    for flag in ("supports_tools", "supports_images", "enabled"):
+        values[flag] = checked(form, flag)
+    return values
+
+
+def _body(form: Any) -> dict[str, Any]:
+    """The form as the admin API's body (camelCase); blank numbers keep their default."""
+    body: dict[str, Any] = {
+        "name": text(form, "name"),
+        "baseModel": text(form, "base_model"),
+        "tags": items(form, "tags"),
+        "supportsTools": checked(form, "supports_tools"),
+        "supportsImages": checked(form, "supports_images"),
+        "enabled": checked(form, "enabled"),
+        "fallbackProfileId": text(form, "fallback_profile_id") or None,
+        "slowThresholdMs": optional_int(form, "slow_threshold_ms"),
+        "failoverChain": items(form, "failover_chain"),
+    }
+    for wire, field in (
+        ("contextWindowTokens", "context_window_tokens"),
+        ("maxOutputTokens", "max_output_tokens"),
+    ):
+        number = optional_int(form, field)
+        if number is not None:
+            body[wire] = number
+    return body
+
+
+def _required(values: dict[str, Any], *, creating: bool) -> dict[str, str]:
+    errors = {}
+    if creating and not values["id"]:
+        errors["id"] = "Give the profile an id, such as llm-smart."
+    if not values["name"]:
+        errors["name"] = "Give the profile a name."
+    if not values["base_model"]:
+        errors["base_model"] = "Name the model (or alias) it serves."
+    return errors
+
+
+def _row_values(row: ModelProfile) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "base_model": row.base_model,
+        "tags": ", ".join(row.tags or ()),
+        "supports_tools": row.supports_tools,
+        "supports_images": row.supports_images,
+        "context_window_tokens": str(row.context_window_tokens),
+        "max_output_tokens": str(row.max_output_tokens),
+        "enabled": row.enabled,
+        "fallback_profile_id": row.fallback_profile_id or "",
+        "slow_threshold_ms": "" if row.slow_threshold_ms is None else str(row.slow_threshold_ms),
+        "failover_chain": ", ".join(row.failover_chain or ()),
+    }
+
+
+def _blank() -> dict[str, Any]:
+    return {"enabled": True, "context_window_tokens": "8192", "max_output_tokens": "2048"}
+
+
+def _form(
+    web_user: WebUser,
+    profiles: Sequence[ModelProfile],
+    *,
+    mode: str = "create",
+    values: dict[str, Any] | None = None,
+    errors: dict[str, str] | None = None,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Template:
+    return fragment(
+        FORM_TEMPLATE,
+        web_user,
+        status_code=status_code,
+        headers=headers,
+        mode=mode,
+        values=values if values is not None else _blank(),
+        errors=errors or {},
+        choices=[p.id for p in profiles],
+    )
+
+
+def _schema_error(exc: Exception) -> dict[str, str]:
+    if isinstance(exc, msgspec.ValidationError):
+        field, message = validation_field(exc, FIELDS)
+        return {field: message}
+    if isinstance(exc, AronaError):
+        return {FIELDS.get(exc.param or "", exc.param or "form"): exc.message}
+    raise exc
+
+
+async def _saved(
+    request: Request[Any, Any, Any],
+    web_admin: WebUser,
+    service: ModelProfileService,
+    message: str,
+) -> Template | Redirect:
+    """A saved profile: back to the page without htmx, else a blank form and a toast."""
+    if not is_htmx(request):
+        return Redirect("/admin/profiles", status_code=HTTP_303_SEE_OTHER)
+    rows, _ = await service.page(PROFILE_PAGE, 0)
+    return _form(web_admin, rows, headers=notify(message, "success", "profiles-changed"))
+
+
+class ProfilePages(Controller):
+    path = "/admin"
+    include_in_schema = False
+    guards = [csrf_guard]
+
+    @get("/profiles")
+    async def profiles_page(
+        self, web_admin: WebUser, model_profiles_service: ModelProfileService
+    ) -> Template:
+        rows, total = await model_profiles_service.page(PROFILE_PAGE, 0)
+        return admin_page(
+            "dashboard/profiles.html",
+            web_admin,
+            "profiles",
+            profiles=rows,
+            total=total,
+            mode="create",
+            values=_blank(),
+            errors={},
+            choices=[p.id for p in rows],
+        )
+
+    @get("/profile-rows")
+    async def profile_rows(
+        self, web_admin: WebUser, model_profiles_service: ModelProfileService
+    ) -> Template:
+        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
+        return fragment("dashboard/partials/profile_rows.html", web_admin, profiles=rows)
+
+    @get("/profile-form")
+    async def new_profile_form(
+        self, web_admin: WebUser, model_profiles_service: ModelProfileService
+    ) -> Template:
+        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
+        return _form(web_admin, rows)
+
+    @post("/profiles", status_code=200)
+    async def create_profile(
+        self,
+        request: Request[Any, Any, Any],
+        web_admin: WebUser,
+        model_profiles_service: ModelProfileService,
+        profile_sync: ProfileSync,
+    ) -> Template | Redirect:
+        form = await request.form()
+        values = _values(form)
+        errors = _required(values, creating=True)
+        if not errors:
+            try:
+                data = msgspec.convert({**_body(form), "id": values["id"]}, ProfileCreate)
+                row = await model_profiles_service.create_profile(data)
+            except (msgspec.ValidationError, AronaError) as exc:
+                errors = _schema_error(exc)
+            else:
+                await profile_sync.profile_changed(row.id)
+                message = f"Profile {row.id} created."
+                return await _saved(request, web_admin, model_profiles_service, message)
+        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
+        return _form(
+            web_admin,
+            rows,
+            values=values,
+            errors=errors,
+            status_code=form_status(request, errors),
+        )
+
+    @get("/profiles/{profile_id:str}/edit")
+    async def edit_profile_form(
+        self, profile_id: str, web_admin: WebUser, model_profiles_service: ModelProfileService
+    ) -> Template:
+        row = await model_profiles_service.require(profile_id)
+        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
+        others = [p for p in rows if p.id != row.id]
+        return _form(web_admin, others, mode="edit", values=_row_values(row))
+
+    @post("/profiles/{profile_id:str}", status_code=200)
+    async def update_profile(
+        self,
+        profile_id: str,
+        request: Request[Any, Any, Any],
+        web_admin: WebUser,
+        model_profiles_service: ModelProfileService,
+        profile_sync: ProfileSync,
+    ) -> Template | Redirect:
+        await model_profiles_service.require(profile_id)
+        form = await request.form()
+        values = {**_values(form), "id": profile_id}
+        errors = _required(values, creating=False)
+        if not errors:
+            try:
+                data = msgspec.convert(_body(form), ProfileUpdate)
+                await model_profiles_service.update_profile(profile_id, data)
+            except (msgspec.ValidationError, AronaError) as exc:
+                errors = _schema_error(exc)
+            else:
+                await profile_sync.profile_changed(profile_id)
+                message = f"Profile {profile_id} saved."
+                return await _saved(request, web_admin, model_profiles_service, message)
+        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
+        return _form(
+            web_admin,
+            [p for p in rows if p.id != profile_id],
+            mode="edit",
+            values=values,
+            errors=errors,
+            status_code=form_status(request, errors),
+        )
+
+    @delete("/profiles/{profile_id:str}", status_code=200)
+    async def delete_profile(
+        self,
+        profile_id: str,
+        web_admin: WebUser,
+        model_profiles_service: ModelProfileService,
+        profile_sync: ProfileSync,
+    ) -> Response[str]:
+        await model_profiles_service.delete_profile(profile_id)
+        await profile_sync.profile_changed(profile_id)
+        return Response("", headers=notify(f"Profile {profile_id} deleted."))

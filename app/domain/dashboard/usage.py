@@ -1,0 +1,163 @@
+"""Platform-wide usage: the usage records of every project, summed by project, model,
+backend and UTC day (the per-project API, ``UsageRecordService.summary``, answers
+one project at a time)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Project, UsageRecord
+from app.domain.quotas.usage_queries import utc_day
+
+PERIODS: dict[str, tuple[str, datetime.timedelta]] = {
+    "24h": ("Last 24 hours", datetime.timedelta(hours=24)),
+    "7d": ("Last 7 days", datetime.timedelta(days=7)),
+    "30d": ("Last 30 days", datetime.timedelta(days=30)),
+}
+DEFAULT_PERIOD = "7d"
+TOP = 15
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    key: str
+    label: str
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    errors: int = 0
+
+
+@dataclass(slots=True)
+class PlatformUsage:
+    since: datetime.datetime
+    totals: Totals
+    by_project: list[Totals] = field(default_factory=list)
+    by_model: list[Totals] = field(default_factory=list)
+    by_backend: list[Totals] = field(default_factory=list)
+    by_day: list[Totals] = field(default_factory=list)
+
+
+def _sums() -> list[Any]:
+    r = UsageRecord
+    return [
+        func.count().label("requests"),
+        func.coalesce(func.sum(r.prompt_tokens), 0).label("prompt_tokens"),
+        func.coalesce(func.sum(r.completion_tokens), 0).label("completion_tokens"),
+        func.coalesce(func.sum(r.total_tokens), 0).label("total_tokens"),
+        func.coalesce(func.sum(case((r.status >= 400, 1), else_=0)), 0).label("errors"),
+    ]
+
+
+def _totals(key: str, label: str, row: Any) -> Totals:
+    return Totals(
+        key=key,
+        label=label,
+        requests=int(row.requests),
+        prompt_tokens=int(row.prompt_tokens),
+        completion_tokens=int(row.completion_tokens),
+        total_tokens=int(row.total_tokens),
+        errors=int(row.errors),
+    )
+
+
+def period_start(period: str, now: datetime.datetime) -> datetime.datetime:
+    return now - PERIODS.get(period, PERIODS[DEFAULT_PERIOD])[1]
+
+
+async def _grouped(
+    session: AsyncSession, key: ColumnElement[Any], since: datetime.datetime, none_label: str
+) -> list[Totals]:
+    statement = (
+        select(key.label("key"), *_sums())
+        .where(UsageRecord.created_at >= since)
+        .group_by(key)
+        .order_by(func.count().desc(), key)
+        .limit(TOP)
+    )
+    out = []
+    for row in await session.execute(statement):
+        key_text = "" if row.key is None else str(row.key)
+        out.append(_totals(key_text, key_text or none_label, row))
+    return out
+
+
+async def _by_project(session: AsyncSession, since: datetime.datetime) -> list[Totals]:
+    statement = (
+        select(UsageRecord.project_id, Project.name, *_sums())
+        .outerjoin(Project, Project.id == UsageRecord.project_id)
+        .where(UsageRecord.created_at >= since)
+        .group_by(UsageRecord.project_id, Project.name)
+        .order_by(func.count().desc(), Project.name)
+        .limit(TOP)
+    )
+    out = []
+    for row in await session.execute(statement):
+        label = row.name or ("(deleted project)" if row.project_id else "(no project)")
+        out.append(_totals(str(row.project_id or ""), label, row))
+    return out
+
+
+def _days(since: datetime.datetime, now: datetime.datetime) -> list[str]:
+    day, last, out = since.date(), now.date(), []
+    while day <= last:
+        out.append(day.isoformat())
+        day += datetime.timedelta(days=1)
+    return out
+
+
+async def platform_usage(
+    session: AsyncSession, since: datetime.datetime, now: datetime.datetime
+) -> PlatformUsage:
+    day = utc_day(UsageRecord.created_at)
+    daily = {
+        str(row.key): row
+        for row in await session.execute(
+            select(day.label("key"), *_sums()).where(UsageRecord.created_at >= since).group_by(day)
+        )
+    }
+    by_day = [
+        _totals(key, key[5:], daily[key]) if key in daily else Totals(key, key[5:])
+        for key in _days(since, now)
+    ]
+    return PlatformUsage(
+        since=since,
+        totals=await usage_totals(session, since),
+        by_project=await _by_project(session, since),
+        by_model=await _grouped(session, UsageRecord.model_requested.expression, since, "?"),
+        by_backend=await _grouped(
+            session, UsageRecord.backend.expression, since, "(none: custom LLM or not routed)"
+        ),
+        by_day=by_day,
+    )
+
+
+async def project_totals(
+    session: AsyncSession, project_ids: Iterable[UUID], since: datetime.datetime
+) -> dict[UUID, Totals]:
+    """Each listed project's usage since ``since`` (projects without any are absent)."""
+    ids = list(project_ids)
+    if not ids:
+        return {}
+    statement = (
+        select(UsageRecord.project_id, *_sums())
+        .where(UsageRecord.project_id.in_(ids), UsageRecord.created_at >= since)
+        .group_by(UsageRecord.project_id)
+    )
+    return {
+        row.project_id: _totals(str(row.project_id), "", row)
+        for row in await session.execute(statement)
+    }
+
+
+async def usage_totals(session: AsyncSession, since: datetime.datetime) -> Totals:
+    row = (await session.execute(select(*_sums()).where(UsageRecord.created_at >= since))).one()
+    return _totals("", "All projects", row)
