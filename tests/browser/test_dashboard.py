@@ -211,6 +211,12 @@ async def test_clearing_a_sticky_pin(site: Site, page: Page) -> None:
     pin = page.locator(f"#pin-{conversation_id}")
     await expect(pin).to_contain_text("Pinned")
     await expect(pin).to_contain_text("primary → fallback")
+    # The stream's first message replaces every live part, the pins list included: a
+    # click that lands while it is swapped loses its toast (the event has no document
+    # to bubble to). Wait until the stream is live, as a person would see it tick.
+    clock = page.locator('[sse-swap="failover-clock"] time')
+    rendered = await clock.get_attribute("datetime")
+    await expect(clock).not_to_have_attribute("datetime", rendered or "")
     _accept_dialogs(page)
     await pin.get_by_role("button", name=re.compile("^Clear")).click()
     await expect(pin).to_have_count(0)
