@@ -12,10 +12,10 @@ from litestar import Controller, get, post
 from litestar.response import Template
 
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
-from app.domain.accounts.keyring import ActiveApiKey
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
 from app.domain.console.tab_support import TAB_SCOPE, Forms, Tab, TabScope, compact, parse
+from app.domain.projects import lifecycle
 from app.domain.projects.schemas import ApiKeyCreate, RuntimeTokenCreate
 from app.domain.web.pages import WebUser, csrf_guard
 from app.lib.clock import utcnow
@@ -137,11 +137,13 @@ class KeysTab(Controller):
             data = parse(ApiKeyCreate, compact(values))
         except AronaError as exc:
             return await tab.refuse("api-key", exc, ("name",), values)
-        # As the Projects API does: issue, then tell every replica's key ring.
-        row, secret = await api_keys_service.issue(
-            project_id=project_id, name=data.name, created_by=web_user.user.id
+        row, secret = await lifecycle.issue_api_key(
+            project_id,
+            data.name,
+            web_user.user.id,
+            api_keys_service=api_keys_service,
+            api_key_sync=api_key_sync,
         )
-        await api_key_sync.created(row.key_hash, ActiveApiKey(key_id=row.id, project_id=project_id))
         return await tab.show(
             "API key created: copy it now, it is shown only once.",
             new_secret={"kind": "API key", "name": row.name, "value": secret},
@@ -160,8 +162,9 @@ class KeysTab(Controller):
     ) -> Template:
         tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
         tab_scope.require_credentials("revoke API keys")
-        row = await api_keys_service.revoke(project_id, key_id)
-        await api_key_sync.revoked(row.key_hash)
+        await lifecycle.revoke_api_key(
+            project_id, key_id, api_keys_service=api_keys_service, api_key_sync=api_key_sync
+        )
         return await tab.show("API key revoked.")
 
     @post("/runtime-tokens")
@@ -208,6 +211,10 @@ class KeysTab(Controller):
     ) -> Template:
         tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
         tab_scope.require_credentials("revoke runtime tokens")
-        row = await runtime_tokens_service.revoke(project_id, token_id)
-        await revocations.revoke(str(row.id), row.expires_at.timestamp())
+        await lifecycle.revoke_runtime_token(
+            project_id,
+            token_id,
+            runtime_tokens_service=runtime_tokens_service,
+            revocations=revocations,
+        )
         return await tab.show("Runtime token revoked.")

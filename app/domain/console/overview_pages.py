@@ -24,6 +24,7 @@ from app.domain.console.tab_support import (
     compact,
     parse,
 )
+from app.domain.projects import lifecycle
 from app.domain.projects.schemas import MemberAdd, ProjectUpdate
 from app.domain.projects.services import ProjectAccess, ProjectMemberService, ProjectService
 from app.domain.web.pages import WebUser, csrf_guard
@@ -125,14 +126,13 @@ class OverviewTab(Controller):
                 failed=True,
             )
             return await tab_scope.refused(KEY, "delete", state, **await tab.load())
-        # As the Projects API does: the rows go with the project (ON DELETE CASCADE),
-        # but runtime JWTs are checked without the database, so each live one is
-        # revoked, and API keys leave every replica's key ring.
-        tokens = await runtime_tokens_service.unexpired_in_project(project_id)
-        await projects_service.delete(project_id, auto_commit=True)
-        await api_key_sync.project_deleted(project_id)
-        for token in tokens:
-            await revocations.revoke(str(token.id), token.expires_at.timestamp())
+        await lifecycle.delete_project(
+            project_id,
+            projects_service=projects_service,
+            runtime_tokens_service=runtime_tokens_service,
+            revocations=revocations,
+            api_key_sync=api_key_sync,
+        )
         return _to_list(tab_scope)
 
     @post("/members")

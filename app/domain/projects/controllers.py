@@ -16,6 +16,7 @@ from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.services import UserService, normalize_email
 from app.domain.accounts.sync import ApiKeySync
+from app.domain.projects import lifecycle
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     MemberAdd,
@@ -114,13 +115,13 @@ class ProjectController(Controller):
     ) -> None:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "delete this project")
-        # The rows go with the project (ON DELETE CASCADE), but a runtime JWT is
-        # checked without the database: mark every live one revoked.
-        tokens = await runtime_tokens_service.unexpired_in_project(project_id)
-        await projects_service.delete(access.project.id, auto_commit=True)
-        await api_key_sync.project_deleted(access.project.id)
-        for token in tokens:
-            await revocations.revoke(str(token.id), token.expires_at.timestamp())
+        await lifecycle.delete_project(
+            access.project.id,
+            projects_service=projects_service,
+            runtime_tokens_service=runtime_tokens_service,
+            revocations=revocations,
+            api_key_sync=api_key_sync,
+        )
 
     @get("/{project_id:uuid}/members")
     async def list_members(

@@ -8,10 +8,10 @@ from litestar import Controller, delete, get, post
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
-from app.domain.accounts.keyring import ActiveApiKey
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
+from app.domain.projects import lifecycle
 from app.domain.projects.controllers import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
@@ -49,10 +49,13 @@ class ApiKeyController(Controller):
     ) -> ApiKeyCreated:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "create API keys")
-        row, secret = await api_keys_service.issue(
-            project_id=project_id, name=data.name if data else "", created_by=_creator(principal)
+        row, secret = await lifecycle.issue_api_key(
+            project_id,
+            data.name if data else "",
+            _creator(principal),
+            api_keys_service=api_keys_service,
+            api_key_sync=api_key_sync,
         )
-        await api_key_sync.created(row.key_hash, ActiveApiKey(key_id=row.id, project_id=project_id))
         return ApiKeyCreated(
             id=row.id, name=row.name, prefix=row.prefix, key=secret, created_at=row.created_at
         )
@@ -94,8 +97,9 @@ class ApiKeyController(Controller):
     ) -> None:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "revoke API keys")
-        row = await api_keys_service.revoke(project_id, key_id)
-        await api_key_sync.revoked(row.key_hash)
+        await lifecycle.revoke_api_key(
+            project_id, key_id, api_keys_service=api_keys_service, api_key_sync=api_key_sync
+        )
 
 
 class RuntimeTokenController(Controller):
@@ -168,5 +172,9 @@ class RuntimeTokenController(Controller):
     ) -> None:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "revoke runtime tokens")
-        row = await runtime_tokens_service.revoke(project_id, token_id)
-        await revocations.revoke(str(row.id), row.expires_at.timestamp())
+        await lifecycle.revoke_runtime_token(
+            project_id,
+            token_id,
+            runtime_tokens_service=runtime_tokens_service,
+            revocations=revocations,
+        )

@@ -1,0 +1,71 @@
+"""Writes whose effects reach beyond the database, shared by the Projects API and the
+console so the two can never drift apart.
+
+Runtime JWTs are checked without the database and API keys are looked up in every
+replica's in-memory key ring: deleting a project or revoking a credential must also
+revoke the live tokens and drop the keys from every ring, not just delete rows.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from app.db.models import ApiKey, RuntimeToken
+from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
+from app.domain.accounts.keyring import ActiveApiKey
+from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.sync import ApiKeySync
+from app.domain.projects.services import ProjectService
+
+
+async def delete_project(
+    project_id: UUID,
+    *,
+    projects_service: ProjectService,
+    runtime_tokens_service: RuntimeTokenService,
+    revocations: RevocationList,
+    api_key_sync: ApiKeySync,
+) -> None:
+    # The rows go with the project (ON DELETE CASCADE); the live tokens are read
+    # first so they can be revoked after.
+    tokens = await runtime_tokens_service.unexpired_in_project(project_id)
+    await projects_service.delete(project_id, auto_commit=True)
+    await api_key_sync.project_deleted(project_id)
+    for token in tokens:
+        await revocations.revoke(str(token.id), token.expires_at.timestamp())
+
+
+async def issue_api_key(
+    project_id: UUID,
+    name: str,
+    created_by: UUID | None,
+    *,
+    api_keys_service: ApiKeyService,
+    api_key_sync: ApiKeySync,
+) -> tuple[ApiKey, str]:
+    """A new key (its secret returned once), usable at once on every replica."""
+    row, secret = await api_keys_service.issue(
+        project_id=project_id, name=name, created_by=created_by
+    )
+    await api_key_sync.created(row.key_hash, ActiveApiKey(key_id=row.id, project_id=project_id))
+    return row, secret
+
+
+async def revoke_api_key(
+    project_id: UUID, key_id: UUID, *, api_keys_service: ApiKeyService, api_key_sync: ApiKeySync
+) -> ApiKey:
+    row = await api_keys_service.revoke(project_id, key_id)
+    await api_key_sync.revoked(row.key_hash)
+    return row
+
+
+async def revoke_runtime_token(
+    project_id: UUID,
+    token_id: UUID,
+    *,
+    runtime_tokens_service: RuntimeTokenService,
+    revocations: RevocationList,
+) -> RuntimeToken:
+    row = await runtime_tokens_service.revoke(project_id, token_id)
+    await revocations.revoke(str(row.id), row.expires_at.timestamp())
+    return row
