@@ -286,7 +286,7 @@ def demo(port: int | None, upstream_port: int | None, pool_port: int | None) -> 
             [
                 "",
                 "Arona demo (embedded SQLite + in-memory state)",
-                f"  console        {url}/  (log in with the admin login below)",
+                f"  console        {url}/  (sign in with the admin credentials below)",
                 f"  API            {url}/api  (docs: {url}/schema)",
                 f"  health         {url}/healthz",
                 f"  admin login    {creds.admin_email} / {creds.admin_password}",
