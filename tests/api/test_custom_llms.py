@@ -23,7 +23,7 @@ from sqlalchemy import event, select
 
 from app.db.models import CustomLlm
 from app.domain.custom_llms.directory import CustomLlmDirectory, parse_llm_id
-from app.domain.custom_llms.services import StoredLlm
+from app.domain.custom_llms.stored import StoredLlm
 from app.domain.custom_llms.templates import BOB
 from app.domain.secrets.aad import custom_llm_aad
 from app.fakes.openai_upstream import FakeOpenAI

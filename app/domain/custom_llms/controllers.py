@@ -24,13 +24,9 @@ from app.domain.custom_llms.schemas import (
     CustomLlmTestOut,
     CustomLlmUpdate,
 )
-from app.domain.custom_llms.services import (
-    CustomLlmService,
-    credential_of,
-    llm_id,
-    stored_llm,
-)
+from app.domain.custom_llms.services import CustomLlmService, credential_of, llm_id
 from app.domain.custom_llms.setup import CustomLlms
+from app.domain.custom_llms.stored import stored_llm
 from app.domain.projects.controllers import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService

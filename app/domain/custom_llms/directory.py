@@ -48,7 +48,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from app.domain.custom_llms.services import LLM_ID_PREFIX, StoredLlm, llm_id
+from app.domain.custom_llms.services import LLM_ID_PREFIX, llm_id
+from app.domain.custom_llms.stored import StoredLlm
 from app.domain.custom_llms.templates import context_window_tokens
 from app.lib.keyed_cache import KeyedCache
 from app.routing.backends.openai import auth_headers
@@ -60,7 +61,7 @@ ProjectLoader = Callable[[UUID], Awaitable[Sequence[StoredLlm]]]
 SecretReveal = Callable[[UUID, UUID], Awaitable[str]]
 """``(project_id, secret_id) -> plaintext`` (``SecretResolver.reveal``)."""
 KeyOpener = Callable[[StoredLlm], str]
-"""A stored key's plaintext (``services.open_key`` with the vault)."""
+"""A stored key's plaintext (``stored.open_key`` with the vault)."""
 
 
 def parse_llm_id(model: str) -> str | None:

@@ -3,7 +3,7 @@
 The write rules (templates, credentials, name conflicts with suggestions, the SSRF
 check of base URLs) live here; the controllers check roles and then tell
 ``CustomLlmSync`` so every replica's directory and catalog drop the project.
-``load_project_llms`` is the directory's one query per project on a cache miss.
+``app.domain.custom_llms.stored`` holds what the directory caches and loads.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from uuid import UUID, uuid4
 
 import msgspec
 from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
-from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import func, select
@@ -43,7 +42,7 @@ from app.domain.custom_llms.templates import (
 from app.domain.secrets.aad import custom_llm_aad
 from app.lib.errors import AronaError, BadRequestError, ConflictError, NotFoundError
 from app.lib.ssrf import UnsafeUrlError, UrlGuard
-from app.lib.vault import Vault, VaultError, mask
+from app.lib.vault import Vault, mask
 from app.routing.types import AuthScheme
 
 _RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
@@ -59,13 +58,6 @@ def llm_id(name: str) -> str:
 
 def custom_llm_not_found() -> NotFoundError:
     return NotFoundError("custom LLM not found", code="custom_llm_not_found")
-
-
-class CustomLlmKeyUnreadableError(AronaError):
-    """The stored key exists but this server's vault keys cannot open it."""
-
-    status_code = 500
-    default_code = "custom_llm_key_unreadable"
 
 
 # ----------------------------------------------------------------- names
@@ -419,65 +411,3 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
                 param="secretId",
             )
         return ConflictError("the custom LLM changed meanwhile; try again", code="conflict")
-
-
-# ----------------------------------------------------------- the directory
-
-
-@dataclass(frozen=True, slots=True)
-class StoredLlm:
-    """A custom LLM as the directory caches it (key still sealed)."""
-
-    id: UUID
-    project_id: UUID
-    name: str
-    template: str
-    base_url: str
-    model: str
-    auth_scheme: AuthScheme
-    provider: str
-    max_input_tokens: int
-    max_output_tokens: int
-    enabled: bool
-    secret_id: UUID | None
-    api_key_encrypted: str | None = field(repr=False)
-
-
-def stored_llm(row: CustomLlm) -> StoredLlm:
-    return StoredLlm(
-        id=row.id,
-        project_id=row.project_id,
-        name=row.name,
-        template=row.template,
-        base_url=row.base_url,
-        model=row.model,
-        auth_scheme=cast(AuthScheme, row.auth_scheme),
-        provider=row.provider,
-        max_input_tokens=row.max_input_tokens,
-        max_output_tokens=row.max_output_tokens,
-        enabled=row.enabled,
-        secret_id=row.secret_id,
-        api_key_encrypted=row.api_key_encrypted,
-    )
-
-
-async def load_project_llms(db_config: SQLAlchemyAsyncConfig, project_id: UUID) -> list[StoredLlm]:
-    """Every custom LLM of the project, in one query."""
-    async with db_config.get_session() as session:
-        rows = await session.scalars(
-            select(CustomLlm).where(CustomLlm.project_id == project_id).order_by(CustomLlm.name)
-        )
-        return [stored_llm(row) for row in rows]
-
-
-def open_key(vault: Vault, llm: StoredLlm) -> str:
-    """The plaintext of a key typed in directly. Never log or return it."""
-    if llm.api_key_encrypted is None:
-        raise CustomLlmKeyUnreadableError(f"custom LLM {llm.name!r} has no stored key")
-    try:
-        return vault.decrypt(llm.api_key_encrypted, custom_llm_aad(llm.project_id, llm.id))
-    except VaultError:
-        raise CustomLlmKeyUnreadableError(
-            f"the key of custom LLM {llm.name!r} cannot be decrypted on this server: ask "
-            "the operator to check ARONA_VAULT_KEYS"
-        ) from None

@@ -21,7 +21,7 @@ from uuid import UUID
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 
 from app.domain.custom_llms.directory import CustomLlmDirectory
-from app.domain.custom_llms.services import load_project_llms, open_key
+from app.domain.custom_llms.stored import load_project_llms, open_key
 from app.domain.custom_llms.sync import CustomLlmSync
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.schemas import LlmOut

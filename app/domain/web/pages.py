@@ -55,10 +55,25 @@ def is_htmx(request: Request[Any, Any, Any]) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
+_SESSION_STATE_KEY = "web_session"
+
+
+async def _session_of(
+    connection: ASGIConnection[Any, Any, Any, Any], web_sessions: WebSessions
+) -> WebSession | None:
+    """The request's session, read from the store once per request (the CSRF guard
+    and the handler's dependencies both need it)."""
+    state = connection.state
+    if _SESSION_STATE_KEY not in state:
+        state[_SESSION_STATE_KEY] = await web_sessions.load(connection.cookies.get(COOKIE_NAME))
+    session: WebSession | None = state[_SESSION_STATE_KEY]
+    return session
+
+
 async def provide_web_session(
     request: Request[Any, Any, Any], web_sessions: WebSessions
 ) -> WebSession | None:
-    return await web_sessions.load(request.cookies.get(COOKIE_NAME))
+    return await _session_of(request, web_sessions)
 
 
 async def provide_web_user(web_session: WebSession | None, users_service: UserService) -> WebUser:
@@ -81,7 +96,7 @@ async def csrf_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRout
     if connection.scope.get("method", "GET") in SAFE_METHODS:
         return
     web_sessions: WebSessions = connection.app.state.resources.web_sessions
-    session = await web_sessions.load(connection.cookies.get(COOKIE_NAME))
+    session = await _session_of(connection, web_sessions)
     if session is None:
         return  # the handler's own web_user check answers (a redirect to log in)
     sent = connection.headers.get(CSRF_HEADER)
