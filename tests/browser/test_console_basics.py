@@ -63,3 +63,23 @@ async def test_the_console_fits_a_phone(page: Page, site: Site) -> None:
     await log_in_as_admin(page, site)
     width = await page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390
+
+
+async def test_registering_opens_a_session_and_bad_input_stays_in_the_form(
+    page: Page, site: Site
+) -> None:
+    await page.goto(f"{site.url}/register")
+    await page.get_by_label("Name").fill("New Owner")
+    await page.get_by_label("Email").fill("not-an-email")
+    await page.get_by_label("Password (8 characters or more)").fill("short")
+    await page.get_by_role("button", name="Register").click()
+    await expect(page.locator("#email-error")).to_contain_text("email")
+    await expect(page.locator("#password-error")).to_contain_text("8 characters")
+    await expect(page.get_by_label("Name")).to_have_value("New Owner")
+
+    email = f"owner-{site.admin_email.split('@')[0][-8:]}@browser.test"
+    await page.get_by_label("Email").fill(email)
+    await page.get_by_label("Password (8 characters or more)").fill("a long enough password")
+    await page.get_by_role("button", name="Register").click()
+    await expect(page).to_have_url(re.compile(r".*/projects$"))
+    await expect(page.locator(".who")).to_have_text(email)
