@@ -67,6 +67,12 @@ class Settings:
     custom_llm_allow_private: bool = False
     """Let project custom LLMs reach loopback, private, link-local and reserved addresses
     (tests and demos with local fakes); cloud metadata addresses stay refused."""
+    evernight_url: str = "ws://127.0.0.1:3001/ws"
+    """The local evernight bridge agent that resolves ``evernight://node/service`` URLs."""
+    evernight_keepalive_seconds: float = 15.0
+    """How often each evernight tunnel is checked (and followed to a new local port)."""
+    agent_offline_seconds: float = 30.0
+    """A GPU agent whose last heartbeat is older than this shows as offline."""
 
     @property
     def is_sqlite(self) -> bool:
@@ -222,5 +228,13 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         values["failover_min_samples"] = _parse_int("ARONA_FAILOVER_MIN_SAMPLES", v, minimum=1)
     if (v := get("ARONA_CUSTOM_LLM_ALLOW_PRIVATE")) is not None:
         values["custom_llm_allow_private"] = _parse_bool("ARONA_CUSTOM_LLM_ALLOW_PRIVATE", v)
+    if (v := get("ARONA_EVERNIGHT_URL")) is not None:
+        values["evernight_url"] = v
+    if (v := get("ARONA_EVERNIGHT_KEEPALIVE_SECONDS")) is not None:
+        values["evernight_keepalive_seconds"] = _parse_positive_float(
+            "ARONA_EVERNIGHT_KEEPALIVE_SECONDS", v
+        )
+    if (v := get("ARONA_AGENT_OFFLINE_SECONDS")) is not None:
+        values["agent_offline_seconds"] = _parse_positive_float("ARONA_AGENT_OFFLINE_SECONDS", v)
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

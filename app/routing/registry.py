@@ -96,13 +96,29 @@ class BackendRegistry:
         the replacement is announced (caches keyed by name drop what the old one left)."""
         self._on_removed.append(listener)
 
-    def upsert(self, spec: BackendSpec) -> tuple[BackendState, Backend | None]:
+    def upsert(
+        self, spec: BackendSpec, *, same_upstream: bool = False
+    ) -> tuple[BackendState, Backend | None]:
         """Add or replace a backend; the new state starts fail-closed (not probed yet).
 
+        ``same_upstream`` says the replacement reaches the very same upstream by a new
+        address (an evernight tunnel that moved): it inherits the health, breaker,
+        cooldown and discovered models, so routing does not pause while it is probed.
         Returns the new state and the replaced adapter, which the caller closes.
         """
-        state = BackendState(adapter=self._factory(spec), breaker=self._breaker_factory())
         previous = self._backends.get(spec.name)
+        adapter = self._factory(spec)
+        if same_upstream and previous is not None:
+            state = BackendState(
+                adapter=adapter,
+                breaker=previous.breaker,
+                health=previous.health,
+                discovered=previous.discovered,
+                reports_usage=previous.reports_usage,
+                cooldown_until=previous.cooldown_until,
+            )
+        else:
+            state = BackendState(adapter=adapter, breaker=self._breaker_factory())
         self._backends[spec.name] = state
         if previous is not None:
             for removed_listener in self._on_removed:

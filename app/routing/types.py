@@ -58,6 +58,9 @@ class BackendSpec:
     auth_scheme: AuthScheme = "bearer"
     """How the key is sent: ``Authorization: Bearer``, an ``api-key`` header,
     ``Authorization: ApiKey`` or not at all."""
+    configured_url: str | None = None
+    """The URL as registered when ``url`` was resolved from it (``evernight://``
+    URLs run against a local tunnel port); None when ``url`` is the registered one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,6 +103,17 @@ def build_lifespan(
                     lambda: every(ROUTING_RELOAD_SECONDS, resources.routing_sync.load_all),
                 )
             ),
+            # Follows evernight tunnels to new local ports (and loads backends whose
+            # tunnel was down at start-up once it comes up).
+            asyncio.create_task(
+                supervise(
+                    "evernight-keepalive",
+                    lambda: every(
+                        settings.evernight_keepalive_seconds,
+                        resources.routing_sync.follow_tunnels,
+                    ),
+                )
+            ),
             # Subscribes, then reloads (and drops cached project settings).
             asyncio.create_task(supervise("profile-sync", resources.profile_sync.run)),
             asyncio.create_task(

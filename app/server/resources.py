@@ -52,6 +52,7 @@ from app.routing.aliases import AliasTable
 from app.routing.backends.base import Backend
 from app.routing.backends.factory import build_backend
 from app.routing.breaker import CircuitBreaker
+from app.routing.evernight import BridgeClient, EvernightTunnels
 from app.routing.failover import FailoverPolicy, ProfileFailoverStatus
 from app.routing.health import HealthChecker
 from app.routing.latency import LatencyTracker
@@ -257,7 +258,12 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
             registry, event_bus, interval=settings.health_interval_seconds
         ),
         routing_sync=RoutingConfigSync(
-            registry=registry, aliases=aliases, bus=event_bus, vault=vault, db_config=db_config
+            registry=registry,
+            aliases=aliases,
+            bus=event_bus,
+            vault=vault,
+            db_config=db_config,
+            tunnels=EvernightTunnels(BridgeClient(settings.evernight_url).connect),
         ),
         usage_writer=usage_writer,
         quota_gate=quota_gate,

@@ -31,6 +31,7 @@ BACKEND_FIELDS = {
     "name",
     "type",
     "url",
+    "resolved_url",
     "has_api_key",
     "models",
     "tags",

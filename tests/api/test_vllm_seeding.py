@@ -247,7 +247,8 @@ BAD_FILES: list[tuple[str, str]] = [
 BAD_ENTRIES: list[tuple[list[dict[str, Any]], str]] = [
     (
         [{"name": "ok", "url": "http://127.0.0.1:1"}, {"name": "two", "url": "ftp://h"}],
-        "backends[1] ('two'): url must start with http:// or https:// (field url)",
+        "backends[1] ('two'): url must start with http:// or https:// (or evernight://)"
+        " for vllm backends (field url)",
     ),
     (
         [{"name": "bad name", "url": "http://127.0.0.1:1"}],

@@ -22,6 +22,7 @@ from app.lib.vault import Vault
 from app.routing.aliases import AliasTable
 from app.routing.backends.base import Backend
 from app.routing.breaker import CircuitBreaker
+from app.routing.evernight import BridgeError, EvernightTunnels
 from app.routing.registry import BackendRegistry
 from app.routing.types import BackendSpec, ProbeResult
 from tests.api.auth_support import fresh_database
@@ -43,6 +44,10 @@ class RecordingBackend(Backend):
         self._closed.append(self.spec.name)
 
 
+async def _no_bridge(node: str, service: str) -> int:
+    raise BridgeError("these tests register no evernight URLs")
+
+
 class Replica:
     """One process's routing objects over the shared database and bus."""
 
@@ -51,7 +56,12 @@ class Replica:
         self.registry = BackendRegistry(factory=self._build, breaker_factory=CircuitBreaker)
         self.aliases = AliasTable()
         self.sync = RoutingConfigSync(
-            registry=self.registry, aliases=self.aliases, bus=bus, vault=vault, db_config=db_config
+            registry=self.registry,
+            aliases=self.aliases,
+            bus=bus,
+            vault=vault,
+            db_config=db_config,
+            tunnels=EvernightTunnels(_no_bridge),
         )
 
     def _build(self, spec: BackendSpec) -> Backend:
@@ -123,6 +133,7 @@ async def test_an_unchanged_backend_keeps_its_adapter_and_health(
     assert replaced is not first
     assert replaced is not None
     assert replaced.spec.api_key == "k2"
+    await replica.sync.retired()
     assert replica.closed == ["a"]  # the old adapter was closed
 
 

@@ -139,29 +139,39 @@ async def gateway_settings(
         )
 
 
+async def open_env(
+    settings: Settings, make_app: AppFactory, stack: contextlib.AsyncExitStack
+) -> GatewayEnv:
+    """A live app on ``settings`` with a user, a project and an API key; its backends
+    are unregistered when ``stack`` closes."""
+    app = make_app(settings)
+    url = await stack.enter_async_context(live_server(app))
+    http = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=30))
+    _, headers = await new_user(http, "gw")  # type: ignore[arg-type]
+    project = await new_project(http, headers)  # type: ignore[arg-type]
+    key = await http.post(
+        f"/api/projects/{project['id']}/api-keys", json={"name": "sdk"}, headers=headers
+    )
+    assert key.status_code == 201, key.text
+    gateway = GatewayEnv(
+        url=url,
+        http=http,
+        resources=app.state.resources,
+        api_key=key.json()["key"],
+        project_id=project["id"],
+        stack=stack,
+        user_headers=headers,
+    )
+
+    async def unregister() -> None:
+        for name in gateway.registered:
+            await http.delete(f"/api/admin/backends/{name}", headers=ADMIN)
+
+    stack.push_async_callback(unregister)
+    return gateway
+
+
 @pytest.fixture
 async def env(gateway_settings: Settings, make_app: AppFactory) -> AsyncIterator[GatewayEnv]:
     async with contextlib.AsyncExitStack() as stack:
-        app = make_app(gateway_settings)
-        url = await stack.enter_async_context(live_server(app))
-        http = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=30))
-        _, headers = await new_user(http, "gw")  # type: ignore[arg-type]
-        project = await new_project(http, headers)  # type: ignore[arg-type]
-        key = await http.post(
-            f"/api/projects/{project['id']}/api-keys", json={"name": "sdk"}, headers=headers
-        )
-        assert key.status_code == 201, key.text
-        gateway = GatewayEnv(
-            url=url,
-            http=http,
-            resources=app.state.resources,
-            api_key=key.json()["key"],
-            project_id=project["id"],
-            stack=stack,
-            user_headers=headers,
-        )
-        try:
-            yield gateway
-        finally:
-            for name in gateway.registered:
-                await http.delete(f"/api/admin/backends/{name}", headers=ADMIN)
+        yield await open_env(gateway_settings, make_app, stack)

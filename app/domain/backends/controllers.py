@@ -58,10 +58,14 @@ def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
             consecutive_failures=state.breaker.consecutive_failures,
         )
         advertised, in_flight = list(state.models), state.in_flight
+    resolved = None
+    if state is not None and state.spec.configured_url is not None:
+        resolved = state.spec.url
     return BackendOut(
         name=row.name,
         type=row.kind,
         url=row.url,
+        resolved_url=resolved,
         has_api_key=row.api_key_encrypted is not None,
         models=list(row.models),
         tags=list(row.tags or ()),
@@ -94,6 +98,7 @@ class BackendAdminController(Controller):
         backend_registry: BackendRegistry,
     ) -> BackendOut:
         registration = validate_registration(data)
+        await routing_sync.verify_url(registration.url)
         row = await backend_configs_service.register(registration, vault)
         await routing_sync.backend_changed(row.name)
         return backend_out(row, backend_registry.get(row.name))

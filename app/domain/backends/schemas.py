@@ -10,6 +10,7 @@ import msgspec
 
 from app.lib.errors import BadRequestError
 from app.routing.backends import factory
+from app.routing.evernight import EvernightUrlError, is_evernight, parse_evernight
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
 MAX_MODELS = 1000
@@ -17,7 +18,10 @@ MAX_TAGS = 32
 # Kinds whose upstream lists its own models and authenticates by network position:
 # a key or a static list given for them is dropped rather than stored unused.
 KINDS_WITHOUT_KEY_OR_MODELS = frozenset({"ollama"})
-URL_SCHEMES = ("http", "https")
+HTTP_SCHEMES = ("http", "https")
+WS_SCHEMES = ("ws", "wss")
+WS_KINDS = frozenset({"engine"})
+"""Kinds that speak WebSocket (CEP engines); every other kind speaks HTTP."""
 
 BackendName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=NAME_PATTERN)]
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
@@ -67,6 +71,10 @@ class BackendOut(msgspec.Struct):
     name: str
     type: str
     url: str
+    """As registered (an ``evernight://`` URL stays one)."""
+    resolved_url: str | None
+    """Where this replica reaches an ``evernight://`` backend now (its tunnel's local
+    port); None for every other URL, and while the tunnel cannot be resolved."""
     has_api_key: bool
     models: list[str]
     """The static list given at registration."""
@@ -95,17 +103,26 @@ class AliasOut(msgspec.Struct):
     created_at: datetime.datetime
 
 
-def check_backend_url(url: str) -> str:
-    """The one place URL schemes are decided (``ws``/``wss`` arrive with engine backends)."""
+def check_backend_url(url: str, kind: str = "external") -> str:
+    """The one place URL schemes are decided: ``ws``/``wss`` for engine backends,
+    ``http``/``https`` for the rest, and ``evernight://node/service`` for any kind."""
     value = url.strip()
+    if is_evernight(value):
+        try:
+            parse_evernight(value)
+        except EvernightUrlError as exc:
+            raise _bad_url(str(exc)) from exc
+        return value
     try:
         parts: SplitResult = urlsplit(value)
         port = parts.port  # raises on a malformed port
     except ValueError as exc:
         # Not echoing the parser's message: it may quote part of the URL.
         raise _bad_url("url is not a valid URL (check the host and port)") from exc
-    if parts.scheme.lower() not in URL_SCHEMES:
-        raise _bad_url("url must start with http:// or https://")
+    schemes = WS_SCHEMES if kind in WS_KINDS else HTTP_SCHEMES
+    if parts.scheme.lower() not in schemes:
+        allowed = " or ".join(f"{scheme}://" for scheme in schemes)
+        raise _bad_url(f"url must start with {allowed} (or evernight://) for {kind} backends")
     if not parts.hostname:
         raise _bad_url("url has no host")
     if parts.username is not None or parts.password is not None:
@@ -132,7 +149,7 @@ def check_kind(kind: str) -> str:
 
 def validate_registration(data: BackendRegistration) -> ValidRegistration:
     kind = check_kind(data.type)
-    url = check_backend_url(data.url)
+    url = check_backend_url(data.url, kind)
     # Tags are routing metadata, kept for every kind; trimmed, order kept, no duplicates.
     tags = tuple(dict.fromkeys(t.strip() for t in data.tags))
     if kind in KINDS_WITHOUT_KEY_OR_MODELS:

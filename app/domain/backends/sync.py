@@ -15,8 +15,10 @@ Event shapes (JSON objects, the bus adds ``channel``)::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from collections.abc import Iterable
+from typing import Any
 from uuid import uuid4
 
 import structlog
@@ -24,17 +26,37 @@ from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 
 from app.db.models import BackendConfig
 from app.domain.backends.services import AliasService, BackendConfigService, backend_spec
+from app.lib.errors import AronaError
 from app.lib.events.base import Event, EventBus
 from app.lib.events.follow import follow
 from app.lib.vault import Vault, VaultError
 from app.routing.aliases import AliasTable
 from app.routing.backends.base import Backend
+from app.routing.evernight import (
+    BridgeError,
+    EvernightTunnels,
+    EvernightUrlError,
+    is_evernight,
+    parse_evernight,
+)
 from app.routing.registry import BackendRegistry
+from app.routing.types import BackendSpec
 
 CHANNEL = "routing.config"
 KIND_BACKEND = "backend"
 KIND_ALIASES = "aliases"
 logger = structlog.get_logger()
+
+
+class EvernightUnreachableError(AronaError):
+    """An ``evernight://`` URL could not be resolved by the local bridge agent."""
+
+    status_code = 502
+    default_code = "evernight_unreachable"
+
+
+class UnresolvedError(Exception):
+    """A stored backend cannot run on this replica now (the message says why)."""
 
 
 class RoutingConfigSync:
@@ -46,8 +68,10 @@ class RoutingConfigSync:
         bus: EventBus,
         vault: Vault,
         db_config: SQLAlchemyAsyncConfig,
+        tunnels: EvernightTunnels,
     ) -> None:
         self._registry = registry
+        self.tunnels = tunnels
         self._aliases = aliases
         self._bus = bus
         self._vault = vault
@@ -60,6 +84,9 @@ class RoutingConfigSync:
         # Rows (by name, version) already reported as unusable: the periodic reload
         # must not repeat the same error every minute.
         self._reported: dict[str, datetime.datetime] = {}
+        # Replaced adapters closing in the background: an engine adapter lets the calls
+        # it carries finish first, which must not hold the lock meanwhile.
+        self._retiring: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ loading
 
@@ -97,26 +124,28 @@ class RoutingConfigSync:
         """Put ``row`` into the registry (or take ``name`` out when it is gone/unusable)."""
         if row is None:
             self._reported.pop(name, None)
+            self.tunnels.untrack(name)
             await _close(self._registry.remove(name))
             return
         try:
-            spec = backend_spec(row, self._vault)
-        except VaultError as exc:
-            # Fail closed for this backend only; the message names the key id, never
-            # the key. Its old adapter (old url or key) must not keep serving.
+            spec = await self._runnable_spec(row)
+        except UnresolvedError as exc:
+            # Fail closed for this backend only; the message names the key id or the
+            # bridge's answer, never a secret. Its old adapter must not keep serving.
             if self._first_report(row):
-                logger.error(
-                    "backend skipped: its API key cannot be decrypted",
-                    backend=name,
-                    error=str(exc),
-                )
+                logger.error("backend skipped", backend=name, reason=str(exc))
             await _close(self._registry.remove(name))
             return
         current = self._registry.get(name)
         if current is not None and current.spec == spec:
             return  # unchanged: keep its health, breaker and discovered models
+        same_upstream = (
+            current is not None
+            and spec.configured_url is not None
+            and dataclasses.replace(current.spec, url=spec.url) == spec
+        )
         try:
-            _, old = self._registry.upsert(spec)
+            _, old = self._registry.upsert(spec, same_upstream=same_upstream)
         except Exception as exc:
             if self._first_report(row):
                 logger.error(
@@ -128,13 +157,65 @@ class RoutingConfigSync:
             await _close(self._registry.remove(name))
             return
         self._reported.pop(name, None)
-        await _close(old)
+        self._retire(old)
+
+    async def _runnable_spec(self, row: BackendConfig) -> BackendSpec:
+        """The spec routing runs: key decrypted, an ``evernight://`` URL resolved to its
+        local tunnel port. Raises ``UnresolvedError``."""
+        try:
+            spec = backend_spec(row, self._vault)
+        except VaultError as exc:
+            self.tunnels.untrack(row.name)
+            raise UnresolvedError(f"its API key cannot be decrypted: {exc}") from exc
+        if not is_evernight(spec.url):
+            self.tunnels.untrack(row.name)
+            return spec
+        try:
+            address = parse_evernight(spec.url)
+        except EvernightUrlError as exc:
+            self.tunnels.untrack(row.name)
+            raise UnresolvedError(str(exc)) from exc
+        # Tracked even when unresolved: the keepalive loads it once the bridge answers.
+        self.tunnels.track(row.name, address)
+        try:
+            port = await self.tunnels.resolve(address)
+        except BridgeError as exc:
+            raise UnresolvedError(str(exc)) from exc
+        return dataclasses.replace(
+            spec, url=address.local_url(port, spec.kind), configured_url=spec.url
+        )
+
+    def _retire(self, adapter: Backend | None) -> None:
+        if adapter is None:
+            return
+        task = asyncio.get_running_loop().create_task(_close(adapter))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     def _first_report(self, row: BackendConfig) -> bool:
         if self._reported.get(row.name) == row.updated_at:
             return False
         self._reported[row.name] = row.updated_at
         return True
+
+    # ------------------------------------------------------------------ tunnels
+
+    async def verify_url(self, url: str) -> None:
+        """Before a registration is stored: an ``evernight://`` URL must resolve now
+        (502 ``evernight_unreachable`` otherwise). Other URLs pass."""
+        if not is_evernight(url):
+            return
+        try:
+            await self.tunnels.resolve(parse_evernight(url), fresh=True)
+        except EvernightUrlError:
+            return  # refused by the registration's own URL check, with its 400
+        except BridgeError as exc:
+            raise EvernightUnreachableError(str(exc), param="url") from exc
+
+    async def follow_tunnels(self) -> None:
+        """One keepalive round: rebuild every backend whose tunnel moved or came up."""
+        for name in await self.tunnels.refresh():
+            await self.reload_backend(name)
 
     # --------------------------------------------------------------- local writes
 
@@ -183,6 +264,12 @@ class RoutingConfigSync:
         async with self._lock:
             for name in self._registry.names():
                 await _close(self._registry.remove(name))
+        await self.retired()
+
+    async def retired(self) -> None:
+        """Wait until every replaced adapter has closed."""
+        pending: list[asyncio.Task[Any]] = list(self._retiring)
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _close(adapter: Backend | None) -> None:

@@ -20,7 +20,7 @@ from app.domain.backends.schemas import (
     validate_registration,
 )
 from app.domain.backends.services import AliasService, BackendConfigService, backend_spec
-from app.domain.backends.sync import RoutingConfigSync
+from app.domain.backends.sync import EvernightUnreachableError, RoutingConfigSync
 from app.domain.dashboard.backend_views import BackendView, backend_view, backend_views
 from app.domain.dashboard.common import (
     admin_page,
@@ -42,7 +42,12 @@ from app.routing.vllm_metrics import VllmMetricsCache
 
 FORM_TEMPLATE = "dashboard/partials/backend_form.html"
 ROW_TEMPLATE = "dashboard/partials/backend_row.html"
-KIND_LABELS = {"external": "External (OpenAI-compatible)", "vllm": "vLLM", "ollama": "Ollama"}
+KIND_LABELS = {
+    "external": "External (OpenAI-compatible)",
+    "vllm": "vLLM",
+    "ollama": "Ollama",
+    "engine": "CEP engine (WebSocket)",
+}
 TYPE_CHOICES = (*((k, KIND_LABELS[k]) for k in BACKEND_KINDS), ("comfyui", "ComfyUI"))
 ALIAS_PAGE = 1000
 
@@ -98,6 +103,16 @@ def _registration(
     except BadRequestError as exc:
         errors[exc.param or "form"] = exc.message
     return None
+
+
+async def _verify_tunnel(
+    routing_sync: RoutingConfigSync, registration: ValidRegistration, errors: dict[str, str]
+) -> None:
+    """An ``evernight://`` URL must resolve through the bridge before it is stored."""
+    try:
+        await routing_sync.verify_url(registration.url)
+    except EvernightUnreachableError as exc:
+        errors["url"] = exc.message
 
 
 async def _views(
@@ -187,6 +202,8 @@ class BackendPages(Controller):
             registration.name
         ):
             errors["name"] = f"A backend named {registration.name} exists: edit it instead."
+        if registration is not None and not errors:
+            await _verify_tunnel(routing_sync, registration, errors)
         if registration is None or errors:
             return _refused(request, web_admin, _form_context(kind, values, errors))
         row = await backend_configs_service.register(registration, vault)
@@ -221,6 +238,8 @@ class BackendPages(Controller):
             except VaultError:
                 errors["api_key"] = "The stored key cannot be read: enter it again."
         registration = _registration(row.kind, values, api_key, errors)
+        if registration is not None and not errors:
+            await _verify_tunnel(routing_sync, registration, errors)
         if registration is None or errors:
             return _refused(request, web_admin, _edit_context(row, values, errors))
         await backend_configs_service.register(registration, vault)
