@@ -37,6 +37,10 @@ DEMO_FILE = "demo.json"
 DEMO_POOL_FILE = "vllm-backends.json"
 """Written into the data dir and seeded at start-up like any operator's file."""
 DEMO_POOL_MODEL = "demo-llama"
+DEMO_ENGINE = "demo-engine"
+DEMO_ENGINE_MODEL = "demo-echo"
+"""Served by the bundled reference CEP engine (``arona engine-echo``)."""
+DEMO_ENGINE_EMBEDDING_MODEL = "demo-echo-embed"
 RUNTIME_TOKEN_MIN_REMAINING_SECONDS = 24 * 3600
 """A stored demo runtime token closer than this to expiry is replaced."""
 
@@ -193,6 +197,15 @@ async def register_demo_upstream(db_config: SQLAlchemyAsyncConfig, vault: Vault,
         )
 
 
+async def register_demo_engine(db_config: SQLAlchemyAsyncConfig, vault: Vault, url: str) -> None:
+    """Register the bundled reference engine as an ``engine`` backend (models discovered)."""
+    async with BackendConfigService.new(config=db_config) as backends:
+        await backends.register(
+            ValidRegistration(name=DEMO_ENGINE, kind="engine", url=url, api_key=None, models=()),
+            vault,
+        )
+
+
 async def ensure_demo_profiles(db_config: SQLAlchemyAsyncConfig) -> list[str]:
     """Insert the demo model profiles that do not exist yet; returns the ids added.
 
@@ -253,15 +266,21 @@ async def _runtime_token_usable(
 
 
 async def ensure_demo(
-    settings: Settings, hasher: PasswordHasher, *, upstream_url: str | None = None
+    settings: Settings,
+    hasher: PasswordHasher,
+    *,
+    upstream_url: str | None = None,
+    engine_url: str | None = None,
 ) -> DemoCredentials:
     """Idempotently create the demo admin, project, API key, runtime token, model
-    profiles and demo upstream backend (the vLLM pool is seeded at start-up)."""
+    profiles, demo upstream and engine backends (the vLLM pool is seeded at start-up)."""
     db_config = build_db_config(settings)
     stored = load_demo_secrets(settings.data_dir)
     try:
         if upstream_url is not None:
             await register_demo_upstream(db_config, Vault(settings.vault_keys), upstream_url)
+        if engine_url is not None:
+            await register_demo_engine(db_config, Vault(settings.vault_keys), engine_url)
         admin, _ = await create_admin(
             db_config,
             hasher,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -19,6 +20,7 @@ from typing import Any, NamedTuple
 import httpx
 import openai
 import pytest
+from websockets.asyncio.client import connect
 
 from tests.conftest import JWT_SECRET
 
@@ -71,7 +73,16 @@ def _demo(tmp_path: Path) -> Iterator[Demo]:
     port = _free_port()
     env = _env(tmp_path, ARONA_PORT=str(port))
     process = subprocess.Popen(
-        [ARONA, "demo", "--upstream-port", str(_free_port()), "--pool-port", "0"],
+        [
+            ARONA,
+            "demo",
+            "--upstream-port",
+            str(_free_port()),
+            "--pool-port",
+            "0",
+            "--engine-port",
+            "0",
+        ],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -171,6 +182,69 @@ def test_demo_chat_works_out_of_the_box_with_the_openai_sdk(demo_server):
     assert "demo-upstream" in text
     embedded = client.embeddings.create(model="demo-embed", input="hello")
     assert embedded.data[0].embedding
+
+
+def test_demo_registers_the_reference_engine_and_chats_through_it(demo_server):
+    base, key, *_ = demo_server
+    assert re.search(
+        r"CEP engine\s+ws://127\.0\.0\.1:\d+\s+\(backend demo-engine", demo_server.output
+    )
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+    deadline = time.monotonic() + 10
+    while not [m for m in client.models.list().data if m.id == "demo-echo"]:
+        assert time.monotonic() < deadline, "the demo engine never turned healthy"
+        time.sleep(0.1)
+    reply = client.chat.completions.create(
+        model="demo-echo", messages=[{"role": "user", "content": "ping over CEP"}]
+    )
+    assert "ping over CEP" in (reply.choices[0].message.content or "")
+    stream = client.chat.completions.create(
+        model="demo-echo", messages=[{"role": "user", "content": "streamed"}], stream=True
+    )
+    assert "streamed" in "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert client.embeddings.create(model="demo-echo-embed", input="hi").data[0].embedding
+
+
+def test_engine_echo_command_serves_a_cep_handshake(tmp_path):
+    port = _free_port()
+    process = subprocess.Popen(
+        [ARONA, "engine-echo", "--port", str(port), "--token", "t0k"],
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert f"listening on ws://127.0.0.1:{port}" in process.stdout.readline()
+
+        async def handshake(token: str) -> dict[str, Any]:
+            async with connect(f"ws://127.0.0.1:{port}") as ws:
+                await ws.send(
+                    json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": 1,
+                            "method": "Engine.Handshake",
+                            "params": {
+                                "token": token,
+                                "engine": {"name": "test", "version": "0"},
+                                "capabilities": {},
+                            },
+                        }
+                    )
+                )
+                result: dict[str, Any] = json.loads(await ws.recv())["result"]
+                return result
+
+        accepted = asyncio.run(handshake("t0k"))
+        assert accepted["ok"] is True
+        assert accepted["protocol_version"] == 2
+        refused = asyncio.run(handshake("wrong"))
+        assert refused["ok"] is False
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
 
 
 def test_demo_admin_can_log_in(demo_server, tmp_path):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from app.fakes.engine_echo import EchoEngine
 from app.fakes.evernight_bridge import FakeEvernightBridge
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
@@ -219,3 +220,18 @@ async def test_keepalive_keeps_a_working_tunnel_when_the_bridge_hiccups(bridged:
     body = await bridged.env.backend(name)
     assert body["resolved_url"] == bridged.local_url()
     assert body["health"]["status"] == "healthy"
+
+
+async def test_an_engine_backend_rides_a_tunnel_as_websocket(bridged: Bridged) -> None:
+    async with EchoEngine("tunnelled-engine", models=("echo-tunnel",)) as engine:
+        service = unique("engine")
+        bridged.bridge.publish(NODE, service, "127.0.0.1", int(engine.url.rsplit(":", 1)[1]))
+        name = unique("bridged-engine")
+        body = await bridged.env.register(name, f"evernight://{NODE}/{service}", type="engine")
+        port = bridged.bridge.local_port(NODE, service)
+        assert body["resolved_url"] == f"ws://127.0.0.1:{port}"
+        reply = await bridged.env.sdk().chat.completions.create(
+            model="echo-tunnel", messages=[{"role": "user", "content": "through the bridge"}]
+        )
+        assert "through the bridge" in (reply.choices[0].message.content or "")
+        assert engine.stats.handshakes >= 1

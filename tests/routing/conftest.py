@@ -7,7 +7,7 @@ it, so tests see fresh switches, records and counters without paying for a resta
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -16,7 +16,11 @@ import pytest
 
 from app.fakes import FakeOllama, FakeOpenAI, serve_asgi
 from app.fakes.common import FakeUpstream
+from app.fakes.engine_echo import EchoEngine
+from app.fakes.engine_misbehaving import MisbehavingEngine
 from app.lib.http import UpstreamHttp, build_http_client
+from app.routing.backends.engine import EngineBackend
+from app.routing.types import BackendSpec
 
 F = TypeVar("F", bound=FakeUpstream)
 
@@ -99,3 +103,39 @@ def refused_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def echo_engine() -> AsyncIterator[EchoEngine]:
+    """The reference CEP engine on a loopback port of its own (counters start at zero)."""
+    async with EchoEngine() as engine:
+        yield engine
+
+
+@pytest.fixture
+async def misbehaving_engine() -> AsyncIterator[MisbehavingEngine]:
+    async with MisbehavingEngine() as engine:
+        yield engine
+
+
+EngineFactory = Callable[..., EngineBackend]
+
+
+@pytest.fixture
+async def engine_backend() -> AsyncIterator[EngineFactory]:
+    """Builds ``EngineBackend`` adapters (``url``, then ``api_key=``/``models=`` for the
+    spec and adapter options) and closes every one of them after the test."""
+    built: list[EngineBackend] = []
+
+    def build(
+        url: str, *, api_key: str | None = None, models: tuple[str, ...] = (), **options: object
+    ) -> EngineBackend:
+        options.setdefault("drain_timeout", 1.0)
+        spec = BackendSpec("engine-test", "engine", url, api_key=api_key, models=models)
+        adapter = EngineBackend(spec, **options)  # type: ignore[arg-type]
+        built.append(adapter)
+        return adapter
+
+    yield build
+    for adapter in built:
+        await adapter.aclose()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.lib.errors import BadRequestError
 from app.lib.http import UpstreamHttp
+from app.routing.backends.engine import EngineBackend
 from app.routing.backends.factory import BACKEND_KINDS, build_backend, check_kind
 from app.routing.backends.ollama import OllamaBackend
 from app.routing.backends.openai import OpenAICompatibleBackend
@@ -49,3 +51,20 @@ async def test_build_backend_by_kind(http: UpstreamHttp) -> None:
     assert ollama.kind == "ollama"
     with pytest.raises(UnsupportedBackendTypeError):
         build_backend(BackendSpec("c", "comfyui", "http://h:3"), http)
+
+
+async def test_build_engine_backend(http: UpstreamHttp) -> None:
+    assert check_kind(" Engine ") == "engine"
+    engine = build_backend(BackendSpec("e", "engine", "ws://h:4/cep", api_key="token"), http)
+    assert isinstance(engine, EngineBackend)
+    assert (engine.kind, engine.spec.api_key, engine.spec.url) == (
+        "engine",
+        "token",
+        "ws://h:4/cep",
+    )
+    assert engine.capabilities == frozenset({"chat", "embeddings"})
+    assert engine.connection is None  # dialled on first use, not when built
+    await engine.aclose()
+    with pytest.raises(BadRequestError) as caught:
+        build_backend(BackendSpec("e", "engine", "http://h:4"), http)
+    assert caught.value.code == "invalid_url"

@@ -262,8 +262,9 @@ class RoutingConfigSync:
     async def close(self) -> None:
         """Release every adapter (shutdown)."""
         async with self._lock:
-            for name in self._registry.names():
-                await _close(self._registry.remove(name))
+            # Together: each engine adapter may wait for its streams to finish.
+            adapters = [self._registry.remove(name) for name in self._registry.names()]
+            await asyncio.gather(*(_close(adapter) for adapter in adapters))
         await self.retired()
 
     async def retired(self) -> None:

@@ -7,13 +7,14 @@ from types import MappingProxyType
 
 from app.lib.http import UpstreamHttp
 from app.routing.backends.base import Backend
+from app.routing.backends.engine import EngineBackend
 from app.routing.backends.ollama import OllamaBackend
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.backends.vllm import VllmBackend
 from app.routing.errors import UnsupportedBackendTypeError
 from app.routing.types import BackendSpec
 
-BACKEND_KINDS = ("external", "ollama", "vllm")
+BACKEND_KINDS = ("external", "ollama", "vllm", "engine")
 REMOVED_KINDS: Mapping[str, str] = MappingProxyType({"comfyui": "comfyui backend removed"})
 
 
@@ -37,4 +38,6 @@ def build_backend(spec: BackendSpec, http: UpstreamHttp) -> Backend:
         return OllamaBackend(spec, http)
     if kind == "vllm":
         return VllmBackend(spec, http)
+    if kind == "engine":
+        return EngineBackend(spec)  # its own WebSocket, not the HTTP pool
     return OpenAICompatibleBackend(spec, http)
