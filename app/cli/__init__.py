@@ -88,9 +88,9 @@ def version() -> None:
 
 def _register_commands() -> None:
     from app.cli.demo import demo
-    from app.cli.tools import engine_echo, vault
+    from app.cli.tools import agent, engine_echo, vault
 
-    for command in (demo, engine_echo, vault):
+    for command in (demo, engine_echo, agent, vault):
         main.add_command(command)
 
 

@@ -1,4 +1,4 @@
-"""Operator tools: vault key rotation, and the reference CEP engine."""
+"""Operator tools: vault key rotation, the reference CEP engine and the GPU agent."""
 
 from __future__ import annotations
 
@@ -20,6 +20,15 @@ def engine_echo(ctx: click.Context) -> None:
     from app.fakes.engine_echo import main as run_engine
 
     run_engine(list(ctx.args))
+
+
+@click.command("agent", context_settings=PASS_THROUGH, add_help_option=False)
+@click.pass_context
+def agent(ctx: click.Context) -> None:
+    """Run a GPU agent: `arona agent --panel URL --token T --command TEMPLATE`."""
+    from app.agent.__main__ import main as run_agent
+
+    run_agent(list(ctx.args))
 
 
 @click.group()

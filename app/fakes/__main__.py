@@ -10,15 +10,11 @@ Steer it with ``POST /__fake/control``; ``--running``, ``--waiting`` and
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import signal
-import sys
 
 from app.fakes.common import FakeUpstream
 from app.fakes.ollama_upstream import FakeOllama
 from app.fakes.openai_upstream import FakeOpenAI
-from app.fakes.serve import serve_asgi
+from app.fakes.serve import run_in_foreground, serve_asgi, wait_for_stop_signal
 from app.fakes.vllm_upstream import FakeVllm
 
 
@@ -62,22 +58,14 @@ def build_fake(args: argparse.Namespace) -> FakeUpstream:
 
 
 async def run(args: argparse.Namespace) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # not on Windows
-            loop.add_signal_handler(sig, stop.set)
     fake = build_fake(args)
     async with serve_asgi(fake, args.host, args.port) as url:
         print(f"{args.kind} fake {fake.name!r} listening on {url}", flush=True)
-        await stop.wait()
+        await wait_for_stop_signal()
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        asyncio.run(run(parse_args(argv)))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_in_foreground(run(parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
-import sys
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from app.fakes.content import count_tokens, embedding_inputs, fake_vector, split_pieces
+from app.fakes.serve import run_in_foreground, wait_for_stop_signal
 
 MAX_RECEIVED = 256
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -374,26 +373,24 @@ def _names(value: str) -> list[str]:
 
 
 async def run(args: argparse.Namespace) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # not on Windows
-            loop.add_signal_handler(sig, stop.set)
-    options = {k: getattr(args, k) for k in ("token", "protocol_version", "chunks", "reply")}
-    engine = EchoEngine(models=args.models, embedding_models=args.embedding_models, **options)
+    engine = EchoEngine(
+        models=_names(args.models),
+        embedding_models=_names(args.embedding_models),
+        protocol_version=args.protocol_version,
+        token=args.token,
+        chunks=args.chunks,
+        reply=args.reply,
+    )
     url = await engine.start(args.host, args.port)
     try:
         print(f"engine-echo listening on {url}", flush=True)
-        await stop.wait()
+        await wait_for_stop_signal()
     finally:
         await engine.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        asyncio.run(run(parse_args(argv)))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_in_foreground(run(parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
-from collections.abc import AsyncIterator, Iterator
+import sys
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import uvicorn
@@ -101,3 +103,21 @@ def _url_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
+
+
+async def wait_for_stop_signal() -> None:
+    """Until SIGINT or SIGTERM (the foreground fakes' way of running "until stopped")."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # not on Windows
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def run_in_foreground(main: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run(main)``; a Ctrl-C before the handlers are installed exits 130."""
+    try:
+        asyncio.run(main)
+    except KeyboardInterrupt:
+        sys.exit(130)

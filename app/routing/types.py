@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -20,6 +20,17 @@ RawBody = dict[str, msgspec.Raw]
 not parsed; only the fields routing needs are decoded."""
 
 monotonic: Clock = time.monotonic
+
+
+def decode_field(body: RawBody, key: str) -> Any:
+    """One field of ``body`` decoded, or None when it is absent or not valid JSON."""
+    raw = body.get(key)
+    if raw is None:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 class HealthStatus(StrEnum):

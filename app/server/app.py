@@ -17,6 +17,9 @@ from litestar.template.config import TemplateConfig
 from app import __version__
 from app.domain.accounts.controllers import AuthController
 from app.domain.accounts.deps import accounts_dependencies
+from app.domain.agents.controllers import AgentAdminController, AgentDeploymentController
+from app.domain.agents.deps import agents_dependencies
+from app.domain.agents.socket import agent_socket
 from app.domain.backends.controllers import AliasAdminController, BackendAdminController
 from app.domain.backends.deps import backends_dependencies
 from app.domain.backends.failover import FailoverAdminController
@@ -101,6 +104,7 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "web_sessions": _constant(resources.web_sessions),
         "runtime_chat": _constant(resources.runtime_chat),
         "vllm_metrics": _constant(resources.vllm_metrics),
+        "agents": _constant(resources.agents),
     }
 
 
@@ -138,6 +142,9 @@ def create_app(
             BackendAdminController,
             AliasAdminController,
             FailoverAdminController,
+            AgentAdminController,
+            AgentDeploymentController,
+            agent_socket,
             PinAdminController,
             RuntimeConversationController,
             ProjectConversationController,
@@ -158,6 +165,7 @@ def create_app(
             **accounts_dependencies(),
             **projects_dependencies(),
             **backends_dependencies(),
+            **agents_dependencies(),
             **conversations_dependencies(),
             **quotas_dependencies(),
             **secrets_dependencies(),

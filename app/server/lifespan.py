@@ -154,6 +154,8 @@ def build_lifespan(
                 )
             ),
             asyncio.create_task(supervise("usage-writer", resources.usage_writer.run)),
+            # Panel -> agent commands addressed to sockets held here.
+            asyncio.create_task(supervise("agent-hub", resources.agents.hub.run)),
         ]
         try:
             try:
@@ -168,6 +170,8 @@ def build_lifespan(
             )
             yield
         finally:
+            # Before the engine goes: each closing socket marks its agent offline.
+            await resources.agents.hub.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -20,6 +20,7 @@ from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, Ke
 from app.domain.accounts.last_used import LastUsedRecorder
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
+from app.domain.agents.setup import Agents, build_agents
 from app.domain.backends.failover import FailoverControl
 from app.domain.backends.sync import RoutingConfigSync
 from app.domain.custom_llms.setup import CustomLlms, build_custom_llms
@@ -106,6 +107,8 @@ class Resources:
     web_sessions: WebSessions
     vllm_metrics: VllmMetricsCache
     """vLLM load as routing reads it (the dashboard shows the same readings)."""
+    agents: Agents
+    """GPU agents: this replica's sockets (``hub``), deploy/stop (``deployer``)."""
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
     owns_password_hasher: bool = True
 
@@ -224,6 +227,14 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         has_backend=link_has_backend,
     )
     failover_control = FailoverControl(policy=failover_policy, bus=event_bus, db_config=db_config)
+    routing_sync = RoutingConfigSync(
+        registry=registry,
+        aliases=aliases,
+        bus=event_bus,
+        vault=vault,
+        db_config=db_config,
+        tunnels=EvernightTunnels(BridgeClient(settings.evernight_url).connect),
+    )
     return Resources(
         settings=settings,
         db_config=db_config,
@@ -257,13 +268,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         health_checker=HealthChecker(
             registry, event_bus, interval=settings.health_interval_seconds
         ),
-        routing_sync=RoutingConfigSync(
-            registry=registry,
-            aliases=aliases,
-            bus=event_bus,
-            vault=vault,
-            db_config=db_config,
-            tunnels=EvernightTunnels(BridgeClient(settings.evernight_url).connect),
+        routing_sync=routing_sync,
+        agents=build_agents(
+            settings, db_config=db_config, bus=event_bus, vault=vault, routing_sync=routing_sync
         ),
         usage_writer=usage_writer,
         quota_gate=quota_gate,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
@@ -336,6 +337,33 @@ async def test_an_unknown_type_is_refused(admin_client: Client) -> None:
     )
     error = assert_error(response, 400, "unknown_type")
     assert error["param"] == "type"
+
+
+async def test_agent_backend_names_are_reserved(admin_client: Client) -> None:
+    name = unique_name("agent")
+    response = await register_backend(
+        admin_client, name=name, type="external", url="http://127.0.0.1:1"
+    )
+    error = assert_error(response, 400, "reserved_name")
+    assert error["param"] == "name"
+    assert_error(await backend(admin_client, name), 404, "backend_not_found")
+
+
+@pytest.mark.parametrize(
+    ("kind", "url", "message"),
+    [
+        ("engine", "http://127.0.0.1:1", "url must start with ws:// or wss://"),
+        ("external", "ws://127.0.0.1:1", "url must start with http:// or https://"),
+        ("engine", "evernight://node", "evernight url needs a service"),
+    ],
+)
+async def test_the_url_scheme_follows_the_type(
+    admin_client: Client, kind: str, url: str, message: str
+) -> None:
+    response = await register_backend(admin_client, name=unique_name(), type=kind, url=url)
+    error = assert_error(response, 400, "invalid_url")
+    assert error["param"] == "url"
+    assert message in error["message"]
 
 
 BAD_BODIES: list[tuple[dict[str, Any], str]] = [

@@ -163,14 +163,20 @@ def test_demo_serves_and_the_printed_key_reaches_an_authenticated_endpoint(demo_
     assert oct((data / "demo.json").stat().st_mode & 0o777) == "0o600"
 
 
+def _client_once_listed(base: str, key: str, model: str) -> openai.OpenAI:
+    """An SDK client, once ``model`` is listed (its backend passed its first probe)."""
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+    deadline = time.monotonic() + 10
+    while not [m for m in client.models.list().data if m.id == model]:
+        assert time.monotonic() < deadline, f"{model} never turned healthy"
+        time.sleep(0.1)
+    return client
+
+
 def test_demo_chat_works_out_of_the_box_with_the_openai_sdk(demo_server):
     base, key, *_ = demo_server
-    client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
     # The bundled upstream is registered fail-closed and probed at start-up.
-    deadline = time.monotonic() + 10
-    while not [m for m in client.models.list().data if m.id == "demo-chat"]:
-        assert time.monotonic() < deadline, "the demo upstream never turned healthy"
-        time.sleep(0.1)
+    client = _client_once_listed(base, key, "demo-chat")
     reply = client.chat.completions.create(
         model="demo-chat", messages=[{"role": "user", "content": "Hello"}]
     )
@@ -189,11 +195,7 @@ def test_demo_registers_the_reference_engine_and_chats_through_it(demo_server):
     assert re.search(
         r"CEP engine\s+ws://127\.0\.0\.1:\d+\s+\(backend demo-engine", demo_server.output
     )
-    client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
-    deadline = time.monotonic() + 10
-    while not [m for m in client.models.list().data if m.id == "demo-echo"]:
-        assert time.monotonic() < deadline, "the demo engine never turned healthy"
-        time.sleep(0.1)
+    client = _client_once_listed(base, key, "demo-echo")
     reply = client.chat.completions.create(
         model="demo-echo", messages=[{"role": "user", "content": "ping over CEP"}]
     )
@@ -245,6 +247,14 @@ def test_engine_echo_command_serves_a_cep_handshake(tmp_path):
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=10)
+
+
+def test_agent_command_requires_a_panel_and_a_token(tmp_path):
+    result = subprocess.run(
+        [ARONA, "agent"], env=_env(tmp_path), capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2
+    assert "--panel" in result.stderr
 
 
 def test_demo_admin_can_log_in(demo_server, tmp_path):

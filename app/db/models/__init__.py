@@ -1,6 +1,7 @@
 """SQLAlchemy models. Importing this package registers every table on the metadata."""
 
 from app.db.models.accounts import RefreshToken, User
+from app.db.models.agents import AgentDeployment, AgentNode
 from app.db.models.conversations import Conversation, ConversationMessage, FallbackPin
 from app.db.models.profiles import ModelProfile, PlatformSetting, ProjectProfileSettings
 from app.db.models.projects import ApiKey, Project, ProjectMember, RuntimeToken
@@ -9,6 +10,8 @@ from app.db.models.tenancy import CustomLlm, OverrideKey, ProjectQuota, ProjectS
 from app.db.models.usage import UsageRecord
 
 __all__ = [
+    "AgentDeployment",
+    "AgentNode",
     "ApiKey",
     "BackendConfig",
     "Conversation",

@@ -13,6 +13,8 @@ from app.routing.backends import factory
 from app.routing.evernight import EvernightUrlError, is_evernight, parse_evernight
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
+AGENT_PREFIX = "agent-"
+"""Backends of models deployed by GPU agents; Arona names and manages them itself."""
 MAX_MODELS = 1000
 MAX_TAGS = 32
 # Kinds whose upstream lists its own models and authenticates by network position:
@@ -148,6 +150,13 @@ def check_kind(kind: str) -> str:
 
 
 def validate_registration(data: BackendRegistration) -> ValidRegistration:
+    if data.name.startswith(AGENT_PREFIX):
+        raise BadRequestError(
+            f"backend names starting with {AGENT_PREFIX!r} are kept for models deployed by "
+            "GPU agents (deploy through /api/admin/agent-deployments)",
+            code="reserved_name",
+            param="name",
+        )
     kind = check_kind(data.type)
     url = check_backend_url(data.url, kind)
     # Tags are routing metadata, kept for every kind; trimmed, order kept, no duplicates.

@@ -20,6 +20,9 @@ Routes::
     POST /admin/projects/{id}/quota
     GET  /admin/usage?period=24h|7d|30d
     GET  /admin/stream/backends   GET /admin/stream/failover     (text/event-stream)
+    GET  /admin/agents      POST /admin/agents      DELETE /admin/agents/{id}
+    POST /admin/agent-deployments                 POST /admin/agent-deployments/{id}/stop
+    GET  /admin/stream/agents                     (text/event-stream; see ``agent_pages``)
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from litestar.types import ControllerRouterHandler
 from app.domain.backends.failover import FailoverControl
 from app.domain.backends.services import BackendConfigService
 from app.domain.conversations.pins import FallbackPinService
+from app.domain.dashboard.agent_pages import AgentPages
 from app.domain.dashboard.backend_pages import AliasPages, BackendPages
 from app.domain.dashboard.common import admin_page, db_config_of, template_renderer
 from app.domain.dashboard.failover_pages import FailoverPages
@@ -139,4 +143,5 @@ DASHBOARD_ROUTES: tuple[ControllerRouterHandler, ...] = (
     FailoverPages,
     ProjectQuotaPages,
     UsagePages,
+    AgentPages,
 )

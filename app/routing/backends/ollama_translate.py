@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from app.lib.errors import BadRequestError
-from app.routing.types import RawBody, Usage
+from app.routing.types import RawBody, Usage, decode_field
 
 # OpenAI sampling parameter -> Ollama ``options`` key.
 OPTION_NAMES: Mapping[str, str] = MappingProxyType(
@@ -78,7 +78,7 @@ class OllamaEmbed(msgspec.Struct):
 
 
 def chat_request(model: str, body: RawBody, *, stream: bool) -> bytes:
-    messages = _decode(body, "messages")
+    messages = decode_field(body, "messages")
     if not isinstance(messages, list):
         raise BadRequestError(
             "'messages' must be an array", code="invalid_messages", param="messages"
@@ -92,13 +92,13 @@ def chat_request(model: str, body: RawBody, *, stream: bool) -> bytes:
         request["tools"] = body["tools"]  # Ollama takes OpenAI's tool shape as is
     options: dict[str, Any] = {}
     for name, option in OPTION_NAMES.items():
-        value = _decode(body, name)
+        value = decode_field(body, name)
         if value is None:
             continue
         options[option] = [value] if option == "stop" and isinstance(value, str) else value
     if options:
         request["options"] = options
-    response_format = _decode(body, "response_format")
+    response_format = decode_field(body, "response_format")
     if isinstance(response_format, dict):
         kind = response_format.get("type")
         if kind == "json_object":
@@ -274,14 +274,4 @@ def embeddings_list(answer: OllamaEmbed, model: str, *, as_base64: bool) -> dict
 
 
 def wants_base64(body: RawBody) -> bool:
-    return bool(_decode(body, "encoding_format") == "base64")
-
-
-def _decode(body: RawBody, key: str) -> Any:
-    raw = body.get(key)
-    if raw is None:
-        return None
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
+    return bool(decode_field(body, "encoding_format") == "base64")

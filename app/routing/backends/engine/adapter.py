@@ -49,7 +49,6 @@ from app.routing.backends.engine.protocol import (
     ModelsReply,
     chat_completion,
     chat_params,
-    decode_field,
     embeddings_list,
     embeddings_params,
     handshake_params,
@@ -69,6 +68,7 @@ from app.routing.types import (
     EmbeddingResult,
     ProbeResult,
     UpstreamCall,
+    decode_field,
 )
 
 DRAIN_TIMEOUT_SECONDS = 30.0

@@ -30,7 +30,7 @@ import msgspec
 
 from app.lib.errors import BadRequestError
 from app.routing.errors import UpstreamError, bounded_text
-from app.routing.types import RawBody, Usage
+from app.routing.types import RawBody, Usage, decode_field
 
 JSONRPC = "2.0"
 PROTOCOL_VERSIONS = (1, 2)
@@ -290,16 +290,6 @@ def embeddings_params(model: str, body: RawBody) -> dict[str, Any]:
             param="input",
         )
     return {"model": model, "input": inputs}
-
-
-def decode_field(body: RawBody, key: str) -> Any:
-    raw = body.get(key)
-    if raw is None:
-        return None
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
 
 
 # -- answers -------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""GPU agents: identities, the authenticated ``/ws/agent`` socket, deployments."""

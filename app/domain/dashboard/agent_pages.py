@@ -1,0 +1,174 @@
+"""The agents page: GPU agents with their online state, GPUs and versions, live deploy
+progress (SSE), and the admin actions of ``/api/admin/agents`` and
+``/api/admin/agent-deployments`` through the same services.
+
+Routes::
+
+    GET    /admin/agents                      the page
+    POST   /admin/agents                      create an identity (the token shown once)
+    DELETE /admin/agents/{id}                 delete it (its socket closes)
+    POST   /admin/agent-deployments           deploy (an agent, or "least loaded")
+    POST   /admin/agent-deployments/{id}/stop
+    GET    /admin/stream/agents               text/event-stream (``AgentsFeed``)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from litestar import Controller, Request, delete, get, post
+from litestar.response import Redirect, Response, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER
+
+from app.domain.agents import events
+from app.domain.agents.schemas import AgentCreate, DeployIn
+from app.domain.agents.services import AgentNodeService
+from app.domain.agents.setup import Agents
+from app.domain.dashboard.agent_views import AgentsFeed, agents_view
+from app.domain.dashboard.common import (
+    admin_page,
+    db_config_of,
+    form_status,
+    fragment,
+    notify,
+    template_renderer,
+    text,
+)
+from app.domain.dashboard.stream import EventStreamResponse, feed_events
+from app.domain.web.pages import WebUser, csrf_guard, is_htmx
+from app.lib.errors import AronaError
+from app.lib.events.base import EventBus
+
+CREATE_TEMPLATE = "dashboard/partials/agent_create.html"
+DEPLOY_TEMPLATE = "dashboard/partials/agent_deploy_form.html"
+LEAST_LOADED = "least-loaded"
+
+
+class AgentPages(Controller):
+    path = "/admin"
+    include_in_schema = False
+    guards = [csrf_guard]
+
+    @get("/agents")
+    async def agents_page(
+        self, request: Request[Any, Any, Any], web_admin: WebUser, agents: Agents
+    ) -> Template:
+        view = await agents_view(db_config_of(request), agents.offline_seconds)
+        return admin_page(
+            "dashboard/agents.html",
+            web_admin,
+            "agents",
+            view=view,
+            values={},
+            errors={},
+            created=None,
+            panel_url=str(request.base_url).rstrip("/"),
+        )
+
+    @post("/agents", status_code=200)
+    async def create_agent(
+        self,
+        request: Request[Any, Any, Any],
+        web_admin: WebUser,
+        agent_nodes_service: AgentNodeService,
+        event_bus: EventBus,
+    ) -> Template | Redirect:
+        form = await request.form()
+        values = {"name": text(form, "name")}
+        errors: dict[str, str] = {}
+        created: dict[str, str] | None = None
+        headers = None
+        if not values["name"]:
+            errors["name"] = "Give the agent a name."
+        else:
+            try:
+                data = msgspec.convert(values, AgentCreate)
+                row, token = await agent_nodes_service.create_identity(data.name)
+            except msgspec.ValidationError:
+                errors["name"] = "Use 1-100 letters, digits, '.', '_' or '-', starting with one."
+            except AronaError as exc:
+                errors["name"] = exc.message
+            else:
+                await events.agent_changed(event_bus, row.id)
+                if not is_htmx(request):
+                    return Redirect("/admin/agents", status_code=HTTP_303_SEE_OTHER)
+                created = {"name": row.name, "token": token}
+                headers = notify(f"Agent {row.name} created.", "success", "agents-changed")
+                values = {}
+        return fragment(
+            CREATE_TEMPLATE,
+            web_admin,
+            status_code=form_status(request, errors),
+            headers=headers,
+            values=values,
+            errors=errors,
+            created=created,
+            panel_url=str(request.base_url).rstrip("/"),
+        )
+
+    @delete("/agents/{agent_id:uuid}", status_code=200)
+    async def delete_agent(
+        self, agent_id: UUID, web_admin: WebUser, agents: Agents
+    ) -> Response[str]:
+        await agents.deployer.delete_identity(agent_id)
+        return Response("", headers=notify("Agent deleted; its connection was closed."))
+
+    @post("/agent-deployments", status_code=200)
+    async def deploy(
+        self, request: Request[Any, Any, Any], web_admin: WebUser, agents: Agents
+    ) -> Template:
+        form = await request.form()
+        chosen = text(form, "agent_id")
+        values = {"model_id": text(form, "model_id"), "agent_id": chosen}
+        errors: dict[str, str] = {}
+        headers = None
+        body: dict[str, Any] = {"modelId": values["model_id"]}
+        if chosen and chosen != LEAST_LOADED:
+            body["agentId"] = chosen
+        if not values["model_id"]:
+            errors["model_id"] = "Enter the model to deploy, such as Qwen/Qwen3-8B."
+        else:
+            try:
+                data = msgspec.convert(body, DeployIn)
+            except msgspec.ValidationError:
+                errors["model_id"] = "A model id has no spaces and at most 200 characters."
+            else:
+                try:
+                    row = await agents.deployer.deploy(data.model_id, data.agent_id)
+                except AronaError as exc:
+                    headers = notify(exc.message, "error", "agents-changed")
+                else:
+                    headers = notify(f"Deploying {row.model_id}.", "success", "agents-changed")
+                    values = {"model_id": "", "agent_id": chosen}
+        view = await agents_view(db_config_of(request), agents.offline_seconds)
+        return fragment(
+            DEPLOY_TEMPLATE,
+            web_admin,
+            status_code=form_status(request, errors),
+            headers=headers,
+            view=view,
+            values=values,
+            errors=errors,
+        )
+
+    @post("/agent-deployments/{deployment_id:uuid}/stop", status_code=200)
+    async def stop(self, deployment_id: UUID, web_admin: WebUser, agents: Agents) -> Response[str]:
+        row = await agents.deployer.stop(deployment_id)
+        return Response("", headers=notify(f"Stopping {row.model_id}."))
+
+    @get("/stream/agents")
+    async def agents_stream(
+        self,
+        request: Request[Any, Any, Any],
+        web_admin: WebUser,
+        event_bus: EventBus,
+        agents: Agents,
+    ) -> EventStreamResponse:
+        feed = AgentsFeed(
+            db_config=db_config_of(request),
+            offline_seconds=agents.offline_seconds,
+            render=template_renderer(request),
+        )
+        return EventStreamResponse(feed_events(event_bus, feed))
