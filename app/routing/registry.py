@@ -52,7 +52,8 @@ class BackendState:
 
     @property
     def models(self) -> tuple[str, ...]:
-        """Advertised models: the static list first, then discovered ids not already in it."""
+        """Advertised models: the static list, then discovered ids not already in it (the
+        other way round for adapters that say ``static_models_first = False``)."""
         return self._models
 
     def supports(self, capability: Capability) -> bool:
@@ -70,7 +71,13 @@ class BackendState:
             self._reindex()
 
     def _reindex(self) -> None:
-        merged = list(dict.fromkeys((*self.adapter.spec.models, *self.discovered)))
+        static = self.adapter.spec.models
+        ordered = (
+            (*static, *self.discovered)
+            if self.adapter.static_models_first
+            else (*self.discovered, *static)
+        )
+        merged = list(dict.fromkeys(ordered))
         self._models = tuple(merged)
         index: dict[str, str] = {}
         for name in merged:

@@ -16,8 +16,10 @@ from app.fakes.content import count_tokens, fake_vector
 from app.fakes.engine_echo import EchoEngine
 from app.lib.errors import BadRequestError
 from app.routing.backends.engine import EngineBackend
+from app.routing.breaker import CircuitBreaker
 from app.routing.errors import UpstreamError
-from app.routing.types import UpstreamCall, Usage
+from app.routing.registry import BackendState
+from app.routing.types import Health, HealthStatus, UpstreamCall, Usage
 from tests.routing.conftest import EngineFactory
 from tests.routing.support import (
     chat_call,
@@ -61,7 +63,10 @@ async def test_probe_discovers_models_over_one_handshake(
     result = await adapter.probe()
     assert result.healthy, result.reason
     assert result.models == ("echo-1", "echo-embed")
-    assert adapter.spec.models == ("static-first",)  # the registry puts these first
+    # CEP: the registry appends the static ids after the discovered ones.
+    state = BackendState(adapter=adapter, breaker=CircuitBreaker())
+    state.apply_probe(result, Health(HealthStatus.HEALTHY, "ok", 0.0))
+    assert state.models == ("echo-1", "echo-embed", "static-first")
     assert await adapter.probe() == result
     assert (echo_engine.stats.connections, echo_engine.stats.handshakes) == (1, 1)
     assert echo_engine.stats.listings == 2

@@ -48,6 +48,9 @@ class ChatStream(abc.ABC):
 class Backend(abc.ABC):
     kind: str = ""
     capabilities: frozenset[Capability] = frozenset()
+    static_models_first: bool = True
+    """Whether the registered static list leads the advertised models (HTTP kinds) or
+    follows the discovered ones (engines, whose listing is authoritative)."""
 
     def __init__(self, spec: BackendSpec) -> None:
         self.spec = spec

@@ -86,6 +86,8 @@ T = TypeVar("T")
 class EngineBackend(Backend):
     kind = "engine"
     capabilities: frozenset[Capability] = frozenset({"chat", "embeddings"})
+    static_models_first = False
+    """CEP: static ids are appended after the ones ``Engine.Models`` lists."""
 
     def __init__(
         self,
