@@ -374,8 +374,8 @@ def _names(value: str) -> list[str]:
 
 async def run(args: argparse.Namespace) -> None:
     engine = EchoEngine(
-        models=_names(args.models),
-        embedding_models=_names(args.embedding_models),
+        models=args.models,
+        embedding_models=args.embedding_models,
         protocol_version=args.protocol_version,
         token=args.token,
         chunks=args.chunks,
