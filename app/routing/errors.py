@@ -16,6 +16,26 @@ class ModelNotFoundError(NotFoundError):
         self.model = model
 
 
+class NotAVideoModelError(ModelNotFoundError, BadRequestError):
+    """The model is advertised, but only by backends that do not generate video.
+
+    A 400 ``not_a_video_model`` (the request names the wrong kind of model; nothing is
+    missing). It is also a ``ModelNotFoundError`` so code that treats "no video backend
+    for this model" as one case still catches it; its status and code are its own.
+    """
+
+    status_code = 400
+    default_code = "not_a_video_model"
+
+    def __init__(self, model: str) -> None:
+        BadRequestError.__init__(
+            self,
+            f"Model {model} is not a video model: its backends serve chat or embeddings",
+            param="model",
+        )
+        self.model = model
+
+
 class NoHealthyBackendError(AronaError):
     """The model is known but every backend serving it is unhealthy or tripped."""
 
@@ -37,10 +57,20 @@ class UpstreamError(AronaError):
     status_code = 502
     default_code = "bad_gateway"
 
-    def __init__(self, message: str, *, status: int | None, retryable: bool) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        retryable: bool,
+        provider_code: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.upstream_status = status
         self.retryable = retryable
+        self.provider_code = provider_code
+        """The provider's own error code where its protocol has one beside the HTTP
+        status (MiniMax's ``base_resp.status_code``); None otherwise."""
 
     @classmethod
     def from_status(cls, status: int, detail: bytes | str) -> UpstreamError:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from app.routing.affinity import AffinityStore
 from app.routing.aliases import AliasTable
-from app.routing.errors import ModelNotFoundError, NoHealthyBackendError
+from app.routing.errors import ModelNotFoundError, NoHealthyBackendError, NotAVideoModelError
 from app.routing.registry import BackendRegistry, BackendState
 from app.routing.types import Capability, Clock, RouteHints, monotonic
 from app.routing.vllm_metrics import VllmMetricsCache, score
@@ -100,8 +100,10 @@ class Router:
     def candidates(self, model: str, capability: Capability, hints: RouteHints) -> list[Selection]:
         """Usable backends for ``model`` (already alias-resolved).
 
-        Raises ``ModelNotFoundError`` when no backend advertises it (with the required
-        tags) and ``NoHealthyBackendError`` when some do but none can take the call now.
+        Raises ``ModelNotFoundError`` when no backend advertises it for ``capability``
+        (with the required tags; ``NotAVideoModelError`` when only chat or embeddings
+        backends do and video was asked for) and ``NoHealthyBackendError`` when some do
+        but none can take the call now.
         """
         known: list[Selection] = []
         lacks_tags = False
@@ -116,8 +118,11 @@ class Router:
                 continue
             known.append(Selection(state, served))
         if not known:
-            detail = f"requires backend tags: {', '.join(sorted(hints.tags))}" if lacks_tags else ""
-            raise ModelNotFoundError(model, detail)
+            if lacks_tags:
+                raise ModelNotFoundError(
+                    model, f"requires backend tags: {', '.join(sorted(hints.tags))}"
+                )
+            raise self._not_found(model, capability, hints)
         usable = [
             s
             for s in known
@@ -129,6 +134,24 @@ class Router:
             raise NoHealthyBackendError(model, _why_unusable(known, hints))
         warm = [s for s in usable if not self.is_cooling(s.state)]
         return warm or usable
+
+    def _not_found(self, model: str, capability: Capability, hints: RouteHints) -> Exception:
+        """Why nobody serves ``model`` for ``capability``: a model advertised only by
+        backends of another capability is named as such (a chat model asked for video is
+        a 400 ``not_a_video_model``; a video model asked for chat says so in its 404)."""
+        others = {
+            c
+            for state in self._registry
+            if _matches_provider(state, hints.provider) and state.served_name(model) is not None
+            for c in state.adapter.capabilities
+        }
+        if not others:
+            return ModelNotFoundError(model)
+        if capability == "video":
+            return NotAVideoModelError(model)
+        if others == {"video"}:
+            return ModelNotFoundError(model, "a video model: use /v1/video/generations")
+        return ModelNotFoundError(model, f"not served for {capability}")
 
     async def select(self, model: str, capability: Capability, hints: RouteHints) -> Selection:
         usable = self.candidates(model, capability, hints)

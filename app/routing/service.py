@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from app.routing.backends.base import ChatStream
+from app.routing.backends.base import ChatStream, VideoBackend
 from app.routing.errors import NoHealthyBackendError, StreamInterruptedError, UpstreamError
 from app.routing.registry import BackendRegistry, BackendState
 from app.routing.router import Router, Selection
@@ -23,12 +23,23 @@ from app.routing.types import (
     RouteHints,
     UpstreamCall,
     Usage,
+    VideoSubmission,
+    VideoTask,
     monotonic,
 )
 from app.routing.usage import estimated_usage
 
 DEFAULT_MAX_RETRIES = 2
 T = TypeVar("T")
+
+__all__ = [
+    "DEFAULT_MAX_RETRIES",
+    "CallOutcome",
+    "ListedModel",
+    "RelayedStream",
+    "RoutingService",
+    "VideoSubmission",
+]
 
 
 @dataclass(slots=True)
@@ -119,6 +130,37 @@ class RoutingService:
         relay = RelayedStream(self, model, body, hints, include_usage, target)
         await relay.open()
         return relay
+
+    async def submit_video(self, model: str, task: VideoTask, hints: RouteHints) -> VideoSubmission:
+        """Create a generation on a video backend, retrying retryable failures elsewhere.
+
+        Only backends with the ``video`` capability are candidates (chat backends never
+        are, and video backends never serve chat). ``task.model`` is replaced by the
+        name the chosen backend advertises. Raises ``NotAVideoModelError`` (400) for a
+        model only chat or embeddings backends advertise, ``ModelNotFoundError`` (404)
+        when nobody advertises it, ``NoHealthyBackendError`` when its video backends are
+        all down, and the last ``UpstreamError`` when every attempt failed. Polls are
+        not routed: they go to the backend that created the task (``video_backend``).
+        """
+
+        async def run(selection: Selection) -> VideoSubmission:
+            adapter = selection.state.adapter
+            if not isinstance(adapter, VideoBackend):  # capability filtering guarantees it
+                raise TypeError(f"{selection.state.name} is not a video backend")
+            served = selection.served_model
+            task_id = await adapter.submit_video(replace(task, model=served))
+            return VideoSubmission(selection.state.name, served, task_id)
+
+        submission, _ = await self._with_retries(model, "video", hints, run)
+        return submission
+
+    def video_backend(self, name: str) -> VideoBackend | None:
+        """The current adapter of backend ``name`` if it is a video backend (a task is
+        polled where it was created); None when it is gone or of another kind."""
+        state = self.registry.get(name)
+        if state is None or not isinstance(state.adapter, VideoBackend):
+            return None
+        return state.adapter
 
     def list_models(self) -> list[ListedModel]:
         listed: dict[str, ListedModel] = {}

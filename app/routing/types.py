@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -141,3 +141,45 @@ class RouteHints:
     exclude: frozenset[str] = field(default_factory=frozenset)
     api_key: str | None = field(default=None, repr=False)
     """A key to send instead of the chosen backend's own (a BYO override key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VideoTask:
+    """One generation as a video adapter receives it (already validated)."""
+
+    model: str
+    """The name the backend advertises."""
+    prompt: str
+    duration_seconds: float
+    width: int | None
+    height: int | None
+    negative_prompt: str | None = None
+    first_frame_image: str | None = None
+    """A data URL (``data:image/png;base64,...``)."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Passed through to the provider (``prompt_optimizer``, ``callback_url``, ...)."""
+
+
+VideoPhase = Literal["queued", "running", "succeeded", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class VideoPoll:
+    """Where a provider task stands, as one poll saw it."""
+
+    phase: VideoPhase
+    provider_status: str
+    """The provider's own word, as sent (MiniMax: ``Preparing``, ``Queueing``,
+    ``Processing``, ``Success``, ``Fail``)."""
+    file_id: str | None = None
+    error: str | None = None
+    """The provider's message when ``phase == "failed"``."""
+
+
+@dataclass(frozen=True, slots=True)
+class VideoSubmission:
+    """A task accepted by a provider: poll it on ``backend`` (the one that created it)."""
+
+    backend: str
+    model_served: str
+    task_id: str

@@ -24,6 +24,10 @@ HTTP_SCHEMES = ("http", "https")
 WS_SCHEMES = ("ws", "wss")
 WS_KINDS = frozenset({"engine"})
 """Kinds that speak WebSocket (CEP engines); every other kind speaks HTTP."""
+STATIC_ONLY_KINDS = frozenset({"minimax-cloud"})
+"""Kinds with no model discovery and a key-authenticated cloud API: a registration
+needs its static model list (what routing advertises) and its API key (the probe
+could never turn healthy without one)."""
 
 BackendName = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=NAME_PATTERN)]
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
@@ -168,9 +172,24 @@ def validate_registration(data: BackendRegistration) -> ValidRegistration:
     api_key = data.api_key if data.api_key else None
     # Order kept (the static list has precedence in that order), duplicates dropped.
     models = tuple(dict.fromkeys(m.strip() for m in data.models))
+    if kind in STATIC_ONLY_KINDS:
+        _check_static_only(kind, api_key, models)
     return ValidRegistration(
         name=data.name, kind=kind, url=url, api_key=api_key, models=models, tags=tags
     )
+
+
+def _check_static_only(kind: str, api_key: str | None, models: tuple[str, ...]) -> None:
+    if not models:
+        raise BadRequestError(
+            f"a {kind} backend discovers no models: list the ones it serves in models",
+            code="models_required",
+            param="models",
+        )
+    if api_key is None or not api_key.strip():
+        raise BadRequestError(
+            f"a {kind} backend needs its API key", code="api_key_required", param="api_key"
+        )
 
 
 def validate_alias(data: AliasIn) -> tuple[str, str]:

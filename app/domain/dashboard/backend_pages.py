@@ -47,6 +47,7 @@ KIND_LABELS = {
     "vllm": "vLLM",
     "ollama": "Ollama",
     "engine": "CEP engine (WebSocket)",
+    "minimax-cloud": "MiniMax video (cloud)",
 }
 TYPE_CHOICES = (*((k, KIND_LABELS[k]) for k in BACKEND_KINDS), ("comfyui", "ComfyUI"))
 ALIAS_PAGE = 1000

@@ -4,6 +4,10 @@ Adapters speak one upstream protocol and translate it to OpenAI's shapes. They r
 ``UpstreamError`` for failures before any byte reached the client (the caller may
 retry elsewhere) and ``StreamInterruptedError`` from a stream's iterator once it has
 started (it cannot be retried).
+
+Video kinds implement ``VideoBackend`` instead: task-style generation (submit, poll,
+resolve the file), no chat and no embeddings; capability filtering keeps every chat
+and embeddings call away from them, and every video call away from the chat kinds.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from app.routing.types import (
     ProbeResult,
     UpstreamCall,
     Usage,
+    VideoPoll,
+    VideoTask,
 )
 
 
@@ -80,3 +86,28 @@ class Backend(abc.ABC):
     async def aclose(self) -> None:
         """Release adapter-owned resources (the shared HTTP client is not owned)."""
         return None
+
+
+class VideoBackend(Backend):
+    """A task-style video generator: submit returns a provider task id, polls say where
+    it stands, and a finished task's file id resolves to a download URL.
+
+    Every method raises ``UpstreamError``: retryable for transport errors, 5xx, 408/429
+    and the provider's rate-limit or server codes; not retryable for auth, invalid
+    parameters, sensitive content or insufficient balance. The provider's code is kept
+    as ``provider_code`` and its message is part of the error's message.
+    """
+
+    capabilities: frozenset[Capability] = frozenset({"video"})
+
+    @abc.abstractmethod
+    async def submit_video(self, task: VideoTask) -> str:
+        """Create the generation; returns the provider's task id."""
+
+    @abc.abstractmethod
+    async def poll_video(self, task_id: str) -> VideoPoll:
+        """Where the task stands now."""
+
+    @abc.abstractmethod
+    async def video_url(self, file_id: str) -> str:
+        """The download URL of a finished task's file."""

@@ -8,13 +8,14 @@ from types import MappingProxyType
 from app.lib.http import UpstreamHttp
 from app.routing.backends.base import Backend
 from app.routing.backends.engine import EngineBackend
+from app.routing.backends.minimax import MinimaxVideoBackend
 from app.routing.backends.ollama import OllamaBackend
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.backends.vllm import VllmBackend
 from app.routing.errors import UnsupportedBackendTypeError
 from app.routing.types import BackendSpec
 
-BACKEND_KINDS = ("external", "ollama", "vllm", "engine")
+BACKEND_KINDS = ("external", "ollama", "vllm", "engine", "minimax-cloud")
 REMOVED_KINDS: Mapping[str, str] = MappingProxyType({"comfyui": "comfyui backend removed"})
 
 
@@ -40,4 +41,6 @@ def build_backend(spec: BackendSpec, http: UpstreamHttp) -> Backend:
         return VllmBackend(spec, http)
     if kind == "engine":
         return EngineBackend(spec)  # its own WebSocket, not the HTTP pool
+    if kind == "minimax-cloud":
+        return MinimaxVideoBackend(spec, http)
     return OpenAICompatibleBackend(spec, http)
