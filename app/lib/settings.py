@@ -73,6 +73,12 @@ class Settings:
     """How often each evernight tunnel is checked (and followed to a new local port)."""
     agent_offline_seconds: float = 30.0
     """A GPU agent whose last heartbeat is older than this shows as offline."""
+    video_timeout_seconds: float = 22.5 * 60
+    """A video job still unfinished this long after it was created fails as timed out."""
+    video_poll_seconds: float = 2.0
+    """First wait between two polls of a video task (it backs off from there)."""
+    video_lease_seconds: float = 30.0
+    """How long a replica holds a video job it polls; another takes it over after."""
 
     @property
     def is_sqlite(self) -> bool:
@@ -236,5 +242,11 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         )
     if (v := get("ARONA_AGENT_OFFLINE_SECONDS")) is not None:
         values["agent_offline_seconds"] = _parse_positive_float("ARONA_AGENT_OFFLINE_SECONDS", v)
+    if (v := get("ARONA_VIDEO_TIMEOUT_SECONDS")) is not None:
+        values["video_timeout_seconds"] = _parse_positive_float("ARONA_VIDEO_TIMEOUT_SECONDS", v)
+    if (v := get("ARONA_VIDEO_POLL_SECONDS")) is not None:
+        values["video_poll_seconds"] = _parse_positive_float("ARONA_VIDEO_POLL_SECONDS", v)
+    if (v := get("ARONA_VIDEO_LEASE_SECONDS")) is not None:
+        values["video_lease_seconds"] = _parse_positive_float("ARONA_VIDEO_LEASE_SECONDS", v)
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from litestar import Litestar, asgi
 from litestar.config.cors import CORSConfig
 from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.di import Provide
-from litestar.handlers import ASGIRouteHandler
+from litestar.handlers import ASGIRouteHandler, WebsocketRouteHandler
 from litestar.openapi.config import OpenAPIConfig
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
@@ -51,9 +51,11 @@ from app.domain.projects.credential_controllers import ApiKeyController, Runtime
 from app.domain.projects.deps import projects_dependencies
 from app.domain.quotas.controllers import ProjectQuotaController, QuotaAdminController
 from app.domain.quotas.deps import quotas_dependencies
+from app.domain.rpc.routes import rpc_routes
 from app.domain.runtime.controllers import RuntimeController
 from app.domain.secrets.controllers import ProjectSecretController
 from app.domain.secrets.deps import secrets_dependencies
+from app.domain.video.controllers import VideoGenerationController, VideoPriceAdminController
 from app.domain.web.deps import web_dependencies
 from app.lib.logging import configure_logging
 from app.lib.passwords import PasswordHasher
@@ -105,6 +107,8 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
         "runtime_chat": _constant(resources.runtime_chat),
         "vllm_metrics": _constant(resources.vllm_metrics),
         "agents": _constant(resources.agents),
+        "video_jobs": _constant(resources.video_jobs),
+        "video_prices": _constant(resources.video_prices),
     }
 
 
@@ -118,6 +122,16 @@ def _gateway_routes(resources: Resources) -> list[ASGIRouteHandler]:
         asgi("/v1/chat/completions", copy_scope=False, name="chat_completions")(chat),
         asgi("/v1/embeddings", copy_scope=False, name="embeddings")(embeddings),
     ]
+
+
+def _rpc_routes(resources: Resources) -> list[ASGIRouteHandler | WebsocketRouteHandler]:
+    """JSON-RPC at ``/api/rpc`` (HTTP), ``/api/rpc/ws`` and ``/api/rpc/events`` (SSE)."""
+    return rpc_routes(
+        resources.authenticator,
+        resources.video_jobs,
+        resources.event_bus,
+        max_body_bytes=resources.settings.max_body_bytes,
+    )
 
 
 def create_app(
@@ -153,7 +167,10 @@ def create_app(
             ProjectSecretController,
             OverrideController,
             GatewayController,
+            VideoGenerationController,
+            VideoPriceAdminController,
             *_gateway_routes(resources),
+            *_rpc_routes(resources),
             ConsoleAuthPages,
             ProjectPages,
             *TAB_CONTROLLERS,

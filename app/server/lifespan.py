@@ -156,6 +156,11 @@ def build_lifespan(
             asyncio.create_task(supervise("usage-writer", resources.usage_writer.run)),
             # Panel -> agent commands addressed to sockets held here.
             asyncio.create_task(supervise("agent-hub", resources.agents.hub.run)),
+            # Claims due video jobs (leases in the database) and drives them.
+            asyncio.create_task(
+                supervise("video-poller", resources.video_poller.run),
+                name=resources.video_poller.task_name,
+            ),
         ]
         try:
             try:
@@ -176,6 +181,8 @@ def build_lifespan(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await resources.health_checker.close()
+            # Before the engine goes: the jobs this replica held are due elsewhere at once.
+            await resources.video_poller.close()
             # Before the engine is disposed below: nothing metered is lost on a
             # graceful stop.
             await resources.usage_writer.close()

@@ -35,6 +35,10 @@ from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_load
 from app.domain.quotas.usage import UsageWriter
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.conversation_store import ConversationStore
+from app.domain.video.facade import VideoJobs
+from app.domain.video.poller import VideoPoller
+from app.domain.video.prices import VideoPrices
+from app.domain.video.setup import build_video
 from app.domain.web.sessions import WebSessions
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
@@ -109,6 +113,11 @@ class Resources:
     """vLLM load as routing reads it (the dashboard shows the same readings)."""
     agents: Agents
     """GPU agents: this replica's sockets (``hub``), deploy/stop (``deployer``)."""
+    video_jobs: VideoJobs
+    """Video generation jobs (REST, JSON-RPC, dashboard); see ``app.domain.video.facade``."""
+    video_poller: VideoPoller
+    """Drives the jobs (run in the lifespan, ``close`` at shutdown)."""
+    video_prices: VideoPrices
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
     owns_password_hasher: bool = True
 
@@ -235,6 +244,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         db_config=db_config,
         tunnels=EvernightTunnels(BridgeClient(settings.evernight_url).connect),
     )
+    video_jobs, video_poller, video_prices = build_video(
+        settings, engine=db_config.get_engine(), routing=routing, quotas=quota_gate, bus=event_bus
+    )
     return Resources(
         settings=settings,
         db_config=db_config,
@@ -290,4 +302,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         ),
         web_sessions=WebSessions(state_store, idle_seconds=settings.session_idle_seconds),
         vllm_metrics=vllm_metrics,
+        video_jobs=video_jobs,
+        video_poller=video_poller,
+        video_prices=video_prices,
     )

@@ -52,6 +52,7 @@ RECORD_FIELDS = {
     "modelProfileId",
     "isCustom",
     "isOverrideKey",
+    "cost",
     "createdAt",
 }
 KEY_1 = uuid.UUID("11111111-1111-4111-8111-111111111111")
@@ -113,6 +114,7 @@ async def seed(client: Client) -> Seeded:
             latency_ms=120,
             ttft_ms=40,
             streamed=True,
+            cost=0.1,
         ),
         entry("2026-01-02T00:10:00", status=429, error_code="quota_exceeded"),
         entry(
@@ -123,6 +125,7 @@ async def seed(client: Client) -> Seeded:
             prompt_tokens=100,
             completion_tokens=50,
             total_tokens=150,
+            cost=0.25,
         ),
         entry(
             "2026-01-03T08:00:00",
@@ -194,7 +197,9 @@ async def test_records_newest_first_in_camel_case(both_client: Client) -> None:
         "modelProfileId": "p1",
         "isCustom": False,
         "isOverrideKey": False,
+        "cost": 0.1,
     }
+    assert page["items"][0]["cost"] is None  # unpriced
     created = datetime.datetime.fromisoformat(oldest["createdAt"].replace("Z", "+00:00"))
     assert created == utc("2026-01-01T23:30:00")
 
@@ -251,6 +256,7 @@ async def test_summary_per_day_in_utc(both_client: Client) -> None:
             "completionTokens": 5,
             "totalTokens": 15,
             "errors": 0,
+            "cost": 0.1,
         },
         {
             "key": "2026-01-02",
@@ -259,6 +265,7 @@ async def test_summary_per_day_in_utc(both_client: Client) -> None:
             "completionTokens": 50,
             "totalTokens": 150,
             "errors": 1,
+            "cost": 0.25,
         },
         {
             "key": "2026-01-03",
@@ -267,6 +274,7 @@ async def test_summary_per_day_in_utc(both_client: Client) -> None:
             "completionTokens": 10,
             "totalTokens": 31,
             "errors": 1,
+            "cost": 0.0,
         },
     ]
     assert body["totals"] == {
@@ -275,6 +283,7 @@ async def test_summary_per_day_in_utc(both_client: Client) -> None:
         "completionTokens": 65,
         "totalTokens": 196,
         "errors": 2,
+        "cost": 0.35,
     }
     # groupBy defaults to day.
     assert await summary(both_client, seeded) == body
@@ -302,6 +311,7 @@ async def test_summary_per_model_with_filters(both_client: Client) -> None:
         "completionTokens": 0,
         "totalTokens": 0,
         "errors": 0,
+        "cost": 0.0,
     }
 
 

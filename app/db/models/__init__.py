@@ -8,6 +8,7 @@ from app.db.models.projects import ApiKey, Project, ProjectMember, RuntimeToken
 from app.db.models.routing import BackendConfig, ModelAlias
 from app.db.models.tenancy import CustomLlm, OverrideKey, ProjectQuota, ProjectSecret
 from app.db.models.usage import UsageRecord
+from app.db.models.video import VideoJob, VideoPrice
 
 __all__ = [
     "AgentDeployment",
@@ -31,4 +32,6 @@ __all__ = [
     "RuntimeToken",
     "UsageRecord",
     "User",
+    "VideoJob",
+    "VideoPrice",
 ]

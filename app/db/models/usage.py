@@ -7,7 +7,7 @@ from uuid import UUID
 
 from advanced_alchemy.base import UUIDBase
 from advanced_alchemy.types import DateTimeUTC
-from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy import ForeignKey, Index, Numeric, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.lib.clock import utcnow
@@ -42,6 +42,8 @@ class UsageRecord(UUIDBase):
     # Traffic that does not count against the project's quota.
     is_custom: Mapped[bool] = mapped_column(default=False)
     is_override_key: Mapped[bool] = mapped_column(default=False)
+    # What the call cost where it is priced (video generations); None when unpriced.
+    cost: Mapped[float | None] = mapped_column(Numeric(18, 6, asdecimal=False), default=None)
     created_at: Mapped[datetime.datetime] = mapped_column(
         DateTimeUTC(timezone=True), default=utcnow, index=True
     )

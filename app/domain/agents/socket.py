@@ -25,12 +25,12 @@ import msgspec
 import structlog
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
-from litestar.types.asgi_types import WebSocketResponseBodyEvent, WebSocketResponseStartEvent
 
 from app.domain.agents.frames import Command, encode
 from app.domain.agents.hub import CLOSE_POLICY
 from app.domain.agents.sessions import AgentSession, CloseSession
 from app.domain.agents.setup import Agents
+from app.lib.asgi_io import refuse_websocket
 from app.lib.errors import error_body
 
 REGISTER_SECONDS = 30.0
@@ -75,28 +75,10 @@ def _bearer(socket: WebSocket[Any, Any, Any]) -> str | None:
 
 async def _deny(socket: WebSocket[Any, Any, Any], code: str, message: str) -> None:
     """Refuse the handshake: HTTP 401 with the error body, or a 1008 close."""
-    await socket.receive()  # websocket.connect
-    extensions = socket.scope.get("extensions") or {}
-    if "websocket.http.response" in extensions:
-        body = msgspec.json.encode(error_body(401, message, code))
-        start: WebSocketResponseStartEvent = {
-            "type": "websocket.http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b"Bearer"),
-            ],
-        }
-        await socket.send(start)
-        end: WebSocketResponseBodyEvent = {
-            "type": "websocket.http.response.body",
-            "body": body,
-            "more_body": False,
-        }
-        await socket.send(end)
-    else:
-        await socket.close(code=CLOSE_POLICY, reason=message)
+    body = msgspec.json.encode(error_body(401, message, code))
+    await refuse_websocket(
+        socket, 401, body, reason=message, headers=[(b"www-authenticate", b"Bearer")]
+    )
 
 
 async def _next_text(socket: WebSocket[Any, Any, Any], wait: float | None) -> str | bytes | None:

@@ -23,6 +23,8 @@ Routes::
     GET  /admin/agents      POST /admin/agents      DELETE /admin/agents/{id}
     POST /admin/agent-deployments                 POST /admin/agent-deployments/{id}/stop
     GET  /admin/stream/agents                     (text/event-stream; see ``agent_pages``)
+    GET  /admin/video       GET /admin/video/rows      POST /admin/video/{job_id}/cancel
+    GET  /admin/stream/video                      (text/event-stream; see ``video_pages``)
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from app.domain.dashboard.profile_pages import ProfilePages
 from app.domain.dashboard.project_pages import ProjectQuotaPages, UsagePages
 from app.domain.dashboard.stream import EventStreamResponse, feed_events
 from app.domain.dashboard.usage import usage_totals
+from app.domain.dashboard.video_pages import VideoPages
 from app.domain.projects.services import ProjectService
 from app.domain.web.pages import WebUser, csrf_guard
 from app.lib.clock import utcnow
@@ -144,4 +147,5 @@ DASHBOARD_ROUTES: tuple[ControllerRouterHandler, ...] = (
     ProjectQuotaPages,
     UsagePages,
     AgentPages,
+    VideoPages,
 )

@@ -17,8 +17,9 @@ from litestar.types import Receive, Scope, Send
 from app.domain.accounts.authenticator import Authenticator
 from app.domain.gateway.parsing import Endpoint, parse_request
 from app.domain.gateway.services import Caller, GatewayService
+from app.lib.asgi_io import ClientLeftError, read_body
 from app.lib.asgi_stream import send_event_stream
-from app.lib.errors import AuthenticationError, PayloadTooLargeError
+from app.lib.errors import AuthenticationError
 
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -29,26 +30,6 @@ def _authorization(scope: Scope) -> str | None:
         if name == b"authorization":
             return bytes(value).decode("latin-1")
     return None
-
-
-class _ClientLeft(Exception):
-    """The client disconnected before its request was read: nobody to answer."""
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientLeft
-        chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(f"request body is larger than {limit} bytes")
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 async def _send_json(send: Send, body: bytes) -> None:
@@ -76,8 +57,8 @@ def gateway_asgi_handlers(
             raise MethodNotAllowedException(headers={"Allow": "POST"})
         caller = await caller_of(scope)
         try:
-            body = await _read_body(receive, max_body_bytes)
-        except _ClientLeft:
+            body = await read_body(receive, max_body_bytes)
+        except ClientLeftError:
             return
         request = parse_request(body, endpoint)
         if request.stream:

@@ -107,6 +107,7 @@ def record_out(r: UsageRecord) -> UsageRecordOut:
         model_profile_id=r.model_profile_id,
         is_custom=r.is_custom,
         is_override_key=r.is_override_key,
+        cost=r.cost,
         created_at=r.created_at,
     )
 
@@ -119,6 +120,7 @@ def _group_out(a: Aggregate) -> UsageGroupOut:
         completion_tokens=a.completion_tokens,
         total_tokens=a.total_tokens,
         errors=a.errors,
+        cost=a.cost,
     )
 
 
@@ -225,5 +227,6 @@ class ProjectQuotaController(Controller):
                 completion_tokens=totals.completion_tokens,
                 total_tokens=totals.total_tokens,
                 errors=totals.errors,
+                cost=totals.cost,
             ),
         )

@@ -89,6 +89,8 @@ class UsageRecordOut(Camel):
     model_profile_id: str | None
     is_custom: bool
     is_override_key: bool
+    cost: float | None
+    """What the call cost where it is priced (video generations)."""
     created_at: datetime.datetime
 
 
@@ -98,6 +100,8 @@ class UsageTotals(Camel):
     completion_tokens: int
     total_tokens: int
     errors: int
+    cost: float
+    """The sum of priced calls' costs (unpriced calls count 0)."""
 
 
 class UsageGroupOut(Camel):
@@ -108,6 +112,7 @@ class UsageGroupOut(Camel):
     completion_tokens: int
     total_tokens: int
     errors: int
+    cost: float
 
 
 class UsageSummaryOut(Camel):

@@ -69,6 +69,8 @@ class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
     """Served by the project's own custom LLM (outside the quota)."""
     is_override_key: bool = False
     """Sent with the project's BYO override key (outside the quota)."""
+    cost: float | None = None
+    """What the call cost where it is priced (video generations); None when unpriced."""
     created_at: datetime.datetime = msgspec.field(default_factory=utcnow)
     id: UUID = msgspec.field(default_factory=uuid7)
 

@@ -210,6 +210,7 @@ class Aggregate:
     completion_tokens: int
     total_tokens: int
     errors: int
+    cost: float
 
 
 def _sums() -> list[Any]:
@@ -220,6 +221,7 @@ def _sums() -> list[Any]:
         func.coalesce(func.sum(r.completion_tokens), 0).label("completion_tokens"),
         func.coalesce(func.sum(r.total_tokens), 0).label("total_tokens"),
         func.coalesce(func.sum(case((r.status >= 400, 1), else_=0)), 0).label("errors"),
+        func.coalesce(func.sum(r.cost), 0).label("cost"),
     ]
 
 
@@ -231,6 +233,8 @@ def _aggregate(key: str, row: Any) -> Aggregate:
         completion_tokens=int(row.completion_tokens),
         total_tokens=int(row.total_tokens),
         errors=int(row.errors),
+        # Rounded like the stored costs: float sums must not show binary noise.
+        cost=round(float(row.cost), 6),
     )
 
 

@@ -1,0 +1,119 @@
+"""Video generation over REST.
+
+- ``/v1/video/generations`` (project API key or user token, like the rest of ``/v1``):
+  ``POST`` creates a job and answers 200 (OpenAI answers creations with 200) with the
+  job as ``GET`` shows it, ``status: "queued"``; ``GET /{id}`` reads one; ``GET``
+  lists the caller's jobs newest first as an OpenAI list object with ``total``,
+  ``limit`` (1-100, default 20), ``offset`` and ``has_more``; ``POST /{id}/cancel``
+  cancels (409 ``video_job_finished`` once it is done, failed or cancelled).
+  Another project's (or user's) job is a 404 ``video_job_not_found``.
+- ``/api/admin/video-prices`` (platform admins, camelCase): ``PUT /{model}`` sets a
+  model's price, ``GET`` lists them (``{"items", "total", "limit", "offset"}``),
+  ``GET``/``DELETE /{model}``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, delete, get, post, put
+from litestar.params import QueryParameter
+from litestar.status_codes import HTTP_200_OK, HTTP_204_NO_CONTENT
+
+from app.domain.accounts.principals import Principal
+from app.domain.backends.deps import platform_admin
+from app.domain.gateway.deps import GatewayCall
+from app.domain.video.facade import DEFAULT_LIST_LIMIT, VideoJobs, VideoOwner
+from app.domain.video.prices import VideoPrices
+from app.domain.video.schemas import (
+    VideoJobList,
+    VideoJobOut,
+    VideoJobRequest,
+    VideoPriceIn,
+    VideoPriceOut,
+)
+from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
+
+# A 10 MiB first-frame image is ~13.4 MiB of base64: this route takes more than the
+# API's general body cap.
+MAX_CREATE_BODY_BYTES = 15 * 1024 * 1024
+
+LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
+OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
+
+
+class VideoGenerationController(Controller):
+    path = "/v1/video/generations"
+    tags = ["gateway: video"]
+
+    @post("/", status_code=HTTP_200_OK, request_max_body_size=MAX_CREATE_BODY_BYTES)
+    async def create_generation(
+        self, data: VideoJobRequest, gateway_call: GatewayCall, video_jobs: VideoJobs
+    ) -> VideoJobOut:
+        return await video_jobs.create(VideoOwner.of(gateway_call.caller), data)
+
+    @get("/")
+    async def list_generations(
+        self,
+        gateway_call: GatewayCall,
+        video_jobs: VideoJobs,
+        limit: int = DEFAULT_LIST_LIMIT,
+        offset: int = 0,
+    ) -> VideoJobList:
+        jobs, total = await video_jobs.list(
+            VideoOwner.of(gateway_call.caller), limit=limit, offset=offset
+        )
+        return VideoJobList(
+            data=jobs,
+            total=total,
+            limit=limit,
+            offset=offset,
+            has_more=offset + len(jobs) < total,
+        )
+
+    @get("/{job_id:str}")
+    async def get_generation(
+        self, job_id: str, gateway_call: GatewayCall, video_jobs: VideoJobs
+    ) -> VideoJobOut:
+        return await video_jobs.get(VideoOwner.of(gateway_call.caller), job_id)
+
+    @post("/{job_id:str}/cancel", status_code=HTTP_200_OK)
+    async def cancel_generation(
+        self, job_id: str, gateway_call: GatewayCall, video_jobs: VideoJobs
+    ) -> VideoJobOut:
+        return await video_jobs.cancel(VideoOwner.of(gateway_call.caller), job_id)
+
+
+class VideoPriceAdminController(Controller):
+    path = "/api/admin/video-prices"
+    tags = ["admin: video prices"]
+    dependencies = {"platform_admin": platform_admin}
+
+    @get("/")
+    async def list_prices(
+        self,
+        platform_admin: Principal,
+        video_prices: VideoPrices,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        offset: OffsetQuery = 0,
+    ) -> Page[VideoPriceOut]:
+        items, total = await video_prices.page(limit, offset)
+        return Page(items=items, total=total, limit=limit, offset=offset)
+
+    @put("/{model:str}")
+    async def put_price(
+        self, model: str, data: VideoPriceIn, platform_admin: Principal, video_prices: VideoPrices
+    ) -> VideoPriceOut:
+        return await video_prices.put(model, data)
+
+    @get("/{model:str}")
+    async def get_price(
+        self, model: str, platform_admin: Principal, video_prices: VideoPrices
+    ) -> VideoPriceOut:
+        return await video_prices.get(model)
+
+    @delete("/{model:str}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_price(
+        self, model: str, platform_admin: Principal, video_prices: VideoPrices
+    ) -> None:
+        await video_prices.delete(model)
