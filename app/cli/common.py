@@ -77,7 +77,11 @@ def uvicorn_config(settings: Settings) -> uvicorn.Config:
         log_config=None,
         access_log=False,
         server_header=False,
-        proxy_headers=False,
+        # Behind a load balancer the client address (login rate limits, the agent's
+        # address) and the scheme come from the proxy's headers, trusted only from the
+        # proxies listed in ARONA_FORWARDED_ALLOW_IPS.
+        proxy_headers=settings.forwarded_allow_ips is not None,
+        forwarded_allow_ips=settings.forwarded_allow_ips or "",
         # In-flight streams get this long to finish on a stop; an open dashboard stream
         # would otherwise hold the shutdown until it ends on its own.
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,

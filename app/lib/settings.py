@@ -73,6 +73,9 @@ class Settings:
     """How often each evernight tunnel is checked (and followed to a new local port)."""
     agent_offline_seconds: float = 30.0
     """A GPU agent whose last heartbeat is older than this shows as offline."""
+    forwarded_allow_ips: str | None = None
+    """Proxies (comma-separated addresses or CIDRs, ``*`` for any) whose
+    ``X-Forwarded-For``/``-Proto`` are trusted; None trusts none (direct clients)."""
     video_timeout_seconds: float = 22.5 * 60
     """A video job still unfinished this long after it was created fails as timed out."""
     video_poll_seconds: float = 2.0
@@ -242,6 +245,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         )
     if (v := get("ARONA_AGENT_OFFLINE_SECONDS")) is not None:
         values["agent_offline_seconds"] = _parse_positive_float("ARONA_AGENT_OFFLINE_SECONDS", v)
+    if (v := get("ARONA_FORWARDED_ALLOW_IPS")) is not None:
+        values["forwarded_allow_ips"] = v.strip()
     if (v := get("ARONA_VIDEO_TIMEOUT_SECONDS")) is not None:
         values["video_timeout_seconds"] = _parse_positive_float("ARONA_VIDEO_TIMEOUT_SECONDS", v)
     if (v := get("ARONA_VIDEO_POLL_SECONDS")) is not None:

@@ -100,3 +100,59 @@ def test_vault_key_material_is_not_in_repr():
     settings = load_settings({"ARONA_VAULT_KEYS": f"a:{KEY}"})
     assert KEY not in repr(settings)
     assert repr(b"k" * 32) not in repr(settings)
+
+
+def test_step_7_and_8_settings_default_and_are_read():
+    defaults = load_settings({})
+    assert defaults.evernight_url == "ws://127.0.0.1:3001/ws"
+    assert defaults.evernight_keepalive_seconds == 15.0
+    assert defaults.agent_offline_seconds == 30.0
+    assert defaults.video_timeout_seconds == 1350.0
+    assert defaults.video_poll_seconds == 2.0
+    assert defaults.video_lease_seconds == 30.0
+    assert defaults.forwarded_allow_ips is None
+    settings = load_settings(
+        {
+            "ARONA_EVERNIGHT_URL": "ws://10.0.0.2:3001/ws",
+            "ARONA_EVERNIGHT_KEEPALIVE_SECONDS": "5",
+            "ARONA_AGENT_OFFLINE_SECONDS": "45",
+            "ARONA_VIDEO_TIMEOUT_SECONDS": "600",
+            "ARONA_VIDEO_POLL_SECONDS": "0.5",
+            "ARONA_VIDEO_LEASE_SECONDS": "10",
+            "ARONA_FORWARDED_ALLOW_IPS": " 10.0.0.0/8,127.0.0.1 ",
+        }
+    )
+    assert settings.evernight_url == "ws://10.0.0.2:3001/ws"
+    assert settings.evernight_keepalive_seconds == 5.0
+    assert settings.agent_offline_seconds == 45.0
+    assert settings.video_timeout_seconds == 600.0
+    assert settings.video_poll_seconds == 0.5
+    assert settings.video_lease_seconds == 10.0
+    assert settings.forwarded_allow_ips == "10.0.0.0/8,127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ARONA_EVERNIGHT_KEEPALIVE_SECONDS",
+        "ARONA_AGENT_OFFLINE_SECONDS",
+        "ARONA_VIDEO_TIMEOUT_SECONDS",
+        "ARONA_VIDEO_POLL_SECONDS",
+        "ARONA_VIDEO_LEASE_SECONDS",
+    ],
+)
+@pytest.mark.parametrize("raw", ["0", "-1", "soon", "nan"])
+def test_new_intervals_must_be_positive_numbers(name: str, raw: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        load_settings({name: raw})
+
+
+def test_forwarded_headers_are_trusted_only_from_listed_proxies():
+    from app.cli.common import uvicorn_config
+
+    secrets = {"jwt_secret": "s" * 32, "vault_keys": parse_vault_keys(f"k1:{KEY}")}
+    direct = uvicorn_config(load_settings({}, **secrets))
+    assert direct.proxy_headers is False
+    proxied = uvicorn_config(load_settings({"ARONA_FORWARDED_ALLOW_IPS": "10.0.0.0/8"}, **secrets))
+    assert proxied.proxy_headers is True
+    assert proxied.forwarded_allow_ips == "10.0.0.0/8"
