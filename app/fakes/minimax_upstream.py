@@ -44,12 +44,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
-import time
 import uuid
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
@@ -67,13 +65,13 @@ from app.fakes.common import (
     send_bytes,
     send_json,
 )
+from app.fakes.minimax_scripts import FakeTask, Fault, script_of
 
 DEFAULT_MODELS = ("MiniMax-Hailuo-02", "T2V-01-Director", "I2V-01")
 DURATIONS = (6, 10)
 RESOLUTIONS = ("512P", "720P", "768P", "1080P")
 VIDEO_BYTES = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isomfake-video"
 AUTH_MESSAGE = "login fail: Please carry the API secret key in the 'Authorization' field"
-_MARKER = re.compile(r"\[([a-z0-9-]+)(?::([^\]*]*))?(?:\*(\d+))?\]")
 
 
 class _Call(NamedTuple):
@@ -82,61 +80,6 @@ class _Call(NamedTuple):
     query: dict[str, str]
     host: str
     """The Host the client used: download URLs point back at it."""
-
-
-@dataclass(slots=True)
-class Fault:
-    """How one step answers instead of normally: ``error`` (a ``base_resp`` code),
-    ``http500`` or ``malformed``; ``times`` None means every time."""
-
-    kind: str
-    code: int = 0
-    times: int | None = None
-
-    def fires(self) -> bool:
-        if self.times is None:
-            return True
-        if self.times <= 0:
-            return False
-        self.times -= 1
-        return True
-
-
-@dataclass(slots=True)
-class Script:
-    processing_polls: int
-    fail_message: str | None = None
-    stuck: bool = False
-    no_file: bool = False
-    create: Fault | None = None
-    poll: Fault | None = None
-    retrieve: Fault | None = None
-
-
-@dataclass(slots=True)
-class FakeTask:
-    task_id: str
-    model: str
-    body: dict[str, Any]
-    script: Script
-    file_id: str
-    polls: int = 0
-    """Polls answered for this task (faulted ones included)."""
-    step: int = 0
-    """Where the lifecycle stands: polls answered normally."""
-    created_at: float = field(default_factory=time.time)
-
-    def status(self) -> str:
-        """The status of the current poll, then advance."""
-        step = self.step
-        self.step += 1
-        if step == 0:
-            return "Preparing"
-        if step == 1:
-            return "Queueing"
-        if self.script.stuck or step < 2 + self.script.processing_polls:
-            return "Processing"
-        return "Fail" if self.script.fail_message is not None else "Success"
 
 
 class MinimaxControl(msgspec.Struct, forbid_unknown_fields=True):
@@ -166,36 +109,6 @@ class MinimaxStats:
     unauthorized: int = 0
     faults: int = 0
     """Calls answered with a scripted fault or a switch (errors, 500s, bad JSON)."""
-
-
-def script_of(text: str, processing_polls: int) -> Script:
-    """The lifecycle the markers in ``text`` ask for (see the module docstring)."""
-    script = Script(processing_polls=processing_polls)
-    for name, arg, count in _MARKER.findall(text):
-        times = int(count) if count else None
-        if name == "fail":
-            script.fail_message = arg or "fake generation failed"
-        elif name == "stuck":
-            script.stuck = True
-        elif name == "slow" and arg.isdigit():
-            script.processing_polls = int(arg)
-        elif name == "nofile":
-            script.no_file = True
-        elif name in ("error", "http500", "malformed"):
-            script.create = _fault(name, arg, None)
-        elif name.startswith("poll-"):
-            script.poll = _fault(name.removeprefix("poll-"), arg, times)
-        elif name.startswith("retrieve-"):
-            script.retrieve = _fault(name.removeprefix("retrieve-"), arg, times)
-    return script
-
-
-def _fault(kind: str, arg: str, times: int | None) -> Fault | None:
-    if kind == "error":
-        return Fault("error", int(arg), times) if arg.isdigit() else None
-    if kind in ("http500", "malformed"):
-        return Fault(kind, 0, times)
-    return None
 
 
 class FakeMinimax:

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from app.fakes.__main__ import build_fake, parse_args
-from app.fakes.minimax_upstream import DEFAULT_MODELS, VIDEO_BYTES, FakeMinimax, script_of
+from app.fakes.minimax_scripts import script_of
+from app.fakes.minimax_upstream import DEFAULT_MODELS, VIDEO_BYTES, FakeMinimax
 from app.fakes.serve import serve_asgi
 
 KEY = "mm-fake-key"
