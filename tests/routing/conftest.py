@@ -18,9 +18,11 @@ from app.fakes import FakeOllama, FakeOpenAI, serve_asgi
 from app.fakes.common import FakeUpstream
 from app.fakes.engine_echo import EchoEngine
 from app.fakes.engine_misbehaving import MisbehavingEngine
+from app.fakes.minimax_upstream import FakeMinimax
 from app.lib.http import UpstreamHttp, build_http_client
 from app.routing.backends.engine import EngineBackend
 from app.routing.types import BackendSpec
+from tests.routing.support import MINIMAX_KEY, ServedMinimax
 
 F = TypeVar("F", bound=FakeUpstream)
 
@@ -139,3 +141,21 @@ async def engine_backend() -> AsyncIterator[EngineFactory]:
     yield build
     for adapter in built:
         await adapter.aclose()
+
+
+@pytest.fixture(scope="module")
+async def _minimax_server(request: pytest.FixtureRequest) -> AsyncIterator[ServedMinimax]:
+    """One fake MiniMax per module; a module sets ``MINIMAX_PROCESSING_POLLS`` to change
+    how many ``Processing`` polls a task goes through (the fake's default otherwise)."""
+    polls = getattr(request.module, "MINIMAX_PROCESSING_POLLS", None)
+    options = {} if polls is None else {"processing_polls": polls}
+    fake = FakeMinimax("mm", api_key=MINIMAX_KEY, **options)
+    async with serve_asgi(fake) as url:
+        yield ServedMinimax(fake, url)
+
+
+@pytest.fixture
+def minimax(_minimax_server: ServedMinimax) -> ServedMinimax:
+    """The module's fake MiniMax, reset to its defaults for this test."""
+    _minimax_server.fake.reset()
+    return _minimax_server

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from app.fakes.common import Receive, Scope, Send, read_body
+from app.fakes.minimax_upstream import FakeMinimax
 from app.routing.backends.base import ChatStream
 from app.routing.types import RawBody, UpstreamCall
 
@@ -117,3 +119,13 @@ async def drain_into(stream: ChatStream, received: list[bytes]) -> None:
     """Iterate ``stream`` to its end (or failure), keeping what arrived."""
     async for chunk in stream:
         received.append(chunk)
+
+
+MINIMAX_KEY = "mm-secret-key"
+"""The key the fake MiniMax of ``tests/routing/conftest.py`` requires."""
+
+
+@dataclass
+class ServedMinimax:
+    fake: FakeMinimax
+    url: str

@@ -3,14 +3,13 @@ URLs and the task lifecycle. Failure paths are in ``test_minimax_errors.py``."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from app.fakes.minimax_upstream import VIDEO_BYTES, FakeMinimax
+from app.fakes.minimax_upstream import VIDEO_BYTES
 from app.fakes.serve import serve_asgi
 from app.lib.http import UpstreamHttp
 from app.routing.backends.factory import build_backend
@@ -22,36 +21,17 @@ from app.routing.backends.minimax import (
     resolution_of,
 )
 from app.routing.types import BackendSpec, VideoPoll, VideoTask
-from tests.routing.support import ScriptedUpstream
+from tests.routing.support import MINIMAX_KEY, ScriptedUpstream, ServedMinimax
 
-KEY = "mm-secret-key"
+KEY = MINIMAX_KEY
 MODEL = "MiniMax-Hailuo-02"
 PNG_DATA_URL = "data:image/png;base64,iVBORw0KGgo="
 
 Build = Callable[..., MinimaxVideoBackend]
 
 
-@dataclass
-class Served:
-    fake: FakeMinimax
-    url: str
-
-
-@pytest.fixture(scope="module")
-async def _minimax_server() -> AsyncIterator[Served]:
-    fake = FakeMinimax("mm", api_key=KEY)
-    async with serve_asgi(fake) as url:
-        yield Served(fake, url)
-
-
 @pytest.fixture
-def minimax(_minimax_server: Served) -> Served:
-    _minimax_server.fake.reset()
-    return _minimax_server
-
-
-@pytest.fixture
-def build(http: UpstreamHttp, minimax: Served) -> Build:
+def build(http: UpstreamHttp, minimax: ServedMinimax) -> Build:
     def make(url: str | None = None, *, api_key: str | None = KEY) -> MinimaxVideoBackend:
         spec = BackendSpec(
             "mm", "minimax-cloud", url or minimax.url, api_key=api_key, models=(MODEL,)
@@ -110,7 +90,9 @@ def test_urls_follow_root_and_path_style_bases(http: UpstreamHttp, base: str, pr
     assert adapter.retrieve_url("f/2") == f"{prefix}/files/retrieve?file_id=f%2F2"
 
 
-async def test_a_path_style_base_reaches_the_same_endpoints(build: Build, minimax: Served) -> None:
+async def test_a_path_style_base_reaches_the_same_endpoints(
+    build: Build, minimax: ServedMinimax
+) -> None:
     backend = build(f"{minimax.url}/v1/")
     task_id = await backend.submit_video(task())
     assert (await backend.poll_video(task_id)).provider_status == "Preparing"
@@ -124,7 +106,7 @@ async def test_a_path_style_base_reaches_the_same_endpoints(build: Build, minima
 
 
 async def test_probe_is_an_authenticated_query_that_creates_nothing(
-    build: Build, minimax: Served
+    build: Build, minimax: ServedMinimax
 ) -> None:
     result = await build().probe()
     assert (result.healthy, result.reason, result.models) == (True, "ok", ())
@@ -137,7 +119,7 @@ async def test_probe_is_an_authenticated_query_that_creates_nothing(
 
 @pytest.mark.parametrize("api_key", ["wrong-key", None])
 async def test_probe_with_a_bad_or_missing_key_is_unhealthy(
-    build: Build, minimax: Served, api_key: str | None
+    build: Build, minimax: ServedMinimax, api_key: str | None
 ) -> None:
     result = await build(api_key=api_key).probe()
     assert not result.healthy
@@ -162,7 +144,7 @@ async def test_probe_of_a_server_that_is_down(http: UpstreamHttp, refused_url: s
     ],
 )
 async def test_probe_verdict_by_provider_code(
-    build: Build, minimax: Served, code: int, healthy: bool, reason: str
+    build: Build, minimax: ServedMinimax, code: int, healthy: bool, reason: str
 ) -> None:
     minimax.fake.control.poll_error = code
     result = await build().probe()
@@ -178,7 +160,7 @@ async def test_probe_verdict_by_provider_code(
     ],
 )
 async def test_probe_of_a_broken_upstream_is_unhealthy(
-    build: Build, minimax: Served, switch: dict[str, Any], reason: str
+    build: Build, minimax: ServedMinimax, switch: dict[str, Any], reason: str
 ) -> None:
     for name, value in switch.items():
         setattr(minimax.fake.control, name, value)
@@ -186,7 +168,7 @@ async def test_probe_of_a_broken_upstream_is_unhealthy(
     assert (result.healthy, result.reason) == (False, reason)
 
 
-async def test_probe_of_a_wrong_base_url_is_unhealthy(build: Build, minimax: Served) -> None:
+async def test_probe_of_a_wrong_base_url_is_unhealthy(build: Build, minimax: ServedMinimax) -> None:
     result = await build(f"{minimax.url}/not-minimax").probe()
     assert (result.healthy, result.reason) == (False, "status 404")
 
@@ -267,7 +249,9 @@ def test_no_size_means_no_resolution_and_no_image_means_no_first_frame() -> None
     assert body == {"model": MODEL, "prompt": "a cat surfing", "duration": 6}
 
 
-async def test_submit_sends_the_mapped_body_with_the_key(build: Build, minimax: Served) -> None:
+async def test_submit_sends_the_mapped_body_with_the_key(
+    build: Build, minimax: ServedMinimax
+) -> None:
     video = task(
         duration_seconds=5.0,
         width=720,
@@ -294,7 +278,7 @@ async def test_submit_sends_the_mapped_body_with_the_key(build: Build, minimax: 
 
 
 async def test_a_task_runs_queued_running_succeeded_and_its_file_downloads(
-    build: Build, minimax: Served, web: httpx.AsyncClient
+    build: Build, minimax: ServedMinimax, web: httpx.AsyncClient
 ) -> None:
     backend = build()
     task_id = await backend.submit_video(task())
@@ -336,7 +320,7 @@ async def test_a_failed_task_carries_the_providers_message(build: Build) -> None
     assert plain[-1].error == "fake generation failed"
 
 
-async def test_a_stuck_task_keeps_running(build: Build, minimax: Served) -> None:
+async def test_a_stuck_task_keeps_running(build: Build, minimax: ServedMinimax) -> None:
     backend = build()
     task_id = await backend.submit_video(task("[stuck] forever"))
     phases = [(await backend.poll_video(task_id)).phase for _ in range(12)]
@@ -345,7 +329,9 @@ async def test_a_stuck_task_keeps_running(build: Build, minimax: Served) -> None
     assert minimax.fake.tasks[task_id].polls == 12
 
 
-async def test_markers_can_be_queued_for_the_next_task(build: Build, minimax: Served) -> None:
+async def test_markers_can_be_queued_for_the_next_task(
+    build: Build, minimax: ServedMinimax
+) -> None:
     minimax.fake.control.next_markers = ["[fail:queued failure]"]
     backend = build()
     first = await run_to_end(backend, await backend.submit_video(task("plain prompt")))

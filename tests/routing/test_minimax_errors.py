@@ -4,47 +4,30 @@ failures and deadlines."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from app.fakes.minimax_upstream import FakeMinimax
 from app.fakes.serve import serve_asgi
 from app.lib.http import UpstreamHttp
 from app.routing.backends.minimax import MAX_ANSWER_BYTES, MinimaxVideoBackend
 from app.routing.errors import UpstreamError
 from app.routing.types import BackendSpec, VideoTask
-from tests.routing.support import ScriptedUpstream
+from tests.routing.support import MINIMAX_KEY, ScriptedUpstream, ServedMinimax
 
-KEY = "mm-secret-key"
+KEY = MINIMAX_KEY
 MODEL = "MiniMax-Hailuo-02"
 
 Build = Callable[..., MinimaxVideoBackend]
 
 
-@dataclass
-class Served:
-    fake: FakeMinimax
-    url: str
-
-
-@pytest.fixture(scope="module")
-async def _minimax_server() -> AsyncIterator[Served]:
-    fake = FakeMinimax("mm", api_key=KEY, processing_polls=0)
-    async with serve_asgi(fake) as url:
-        yield Served(fake, url)
+MINIMAX_PROCESSING_POLLS = 0
+"""Read by the ``_minimax_server`` fixture (tests/routing/conftest.py)."""
 
 
 @pytest.fixture
-def minimax(_minimax_server: Served) -> Served:
-    _minimax_server.fake.reset()
-    return _minimax_server
-
-
-@pytest.fixture
-def build(http: UpstreamHttp, minimax: Served) -> Build:
+def build(http: UpstreamHttp, minimax: ServedMinimax) -> Build:
     def make(
         url: str | None = None, *, api_key: str | None = KEY, client: UpstreamHttp | None = None
     ) -> MinimaxVideoBackend:
@@ -95,7 +78,7 @@ CODES = [
 
 @pytest.mark.parametrize(("code", "retryable"), CODES)
 async def test_create_error_codes(
-    build: Build, minimax: Served, code: int, retryable: bool
+    build: Build, minimax: ServedMinimax, code: int, retryable: bool
 ) -> None:
     error = await failure(build().submit_video(task(f"[error:{code}] a fox")))
     assert (error.provider_code, error.retryable) == (code, retryable)
@@ -125,7 +108,9 @@ async def test_retrieve_error_codes(build: Build, code: int, retryable: bool) ->
     assert (error.provider_code, error.retryable) == (code, retryable)
 
 
-async def test_a_wrong_key_is_a_non_retryable_auth_error(build: Build, minimax: Served) -> None:
+async def test_a_wrong_key_is_a_non_retryable_auth_error(
+    build: Build, minimax: ServedMinimax
+) -> None:
     error = await failure(build(api_key="nope").submit_video(task()))
     assert (error.provider_code, error.retryable) == (1004, False)
     assert error.message.startswith("login fail")
@@ -180,7 +165,7 @@ async def test_a_poll_fault_limited_to_one_attempt_then_the_task_goes_on(build: 
     ],
 )
 async def test_http_errors(
-    build: Build, minimax: Served, status: int, code: int | None, retryable: bool
+    build: Build, minimax: ServedMinimax, status: int, code: int | None, retryable: bool
 ) -> None:
     minimax.fake.control.fail_status = status
     minimax.fake.control.fail_code = code
@@ -290,7 +275,9 @@ async def test_an_unreachable_upstream_is_retryable(build: Build, refused_url: s
         assert (error.retryable, error.upstream_status, error.provider_code) == (True, None, None)
 
 
-async def test_a_hung_upstream_hits_the_call_deadline(http: UpstreamHttp, minimax: Served) -> None:
+async def test_a_hung_upstream_hits_the_call_deadline(
+    http: UpstreamHttp, minimax: ServedMinimax
+) -> None:
     minimax.fake.control.hang = True
     spec = BackendSpec("mm", "minimax-cloud", minimax.url, api_key=KEY, models=(MODEL,))
     backend = MinimaxVideoBackend(spec, http, deadline=0.2)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -15,30 +13,15 @@ import pytest
 from app.fakes.__main__ import build_fake, parse_args
 from app.fakes.minimax_scripts import script_of
 from app.fakes.minimax_upstream import DEFAULT_MODELS, VIDEO_BYTES, FakeMinimax
-from app.fakes.serve import serve_asgi
+from tests.routing.support import MINIMAX_KEY, ServedMinimax
 
-KEY = "mm-fake-key"
+KEY = MINIMAX_KEY
 AUTH = {"Authorization": f"Bearer {KEY}"}
 CREATE = {"model": "MiniMax-Hailuo-02", "prompt": "a heron", "duration": 6, "resolution": "768P"}
 
 
-@dataclass
-class Served:
-    fake: FakeMinimax
-    url: str
-
-
-@pytest.fixture(scope="module")
-async def _minimax_server() -> AsyncIterator[Served]:
-    fake = FakeMinimax("mm-fake", api_key=KEY, processing_polls=1)
-    async with serve_asgi(fake) as url:
-        yield Served(fake, url)
-
-
-@pytest.fixture
-def minimax(_minimax_server: Served) -> Served:
-    _minimax_server.fake.reset()
-    return _minimax_server
+MINIMAX_PROCESSING_POLLS = 1
+"""Read by the ``_minimax_server`` fixture (tests/routing/conftest.py)."""
 
 
 async def create(web: httpx.AsyncClient, url: str, **fields: object) -> dict[str, Any]:
@@ -63,7 +46,7 @@ def test_markers_parse_into_scripts() -> None:
 
 
 async def test_the_wire_format_of_a_whole_lifecycle(
-    minimax: Served, web: httpx.AsyncClient
+    minimax: ServedMinimax, web: httpx.AsyncClient
 ) -> None:
     url = minimax.url
     created = await create(web, url)
@@ -95,7 +78,7 @@ async def test_the_wire_format_of_a_whole_lifecycle(
 
 
 async def test_a_missing_key_is_answered_like_minimax(
-    minimax: Served, web: httpx.AsyncClient
+    minimax: ServedMinimax, web: httpx.AsyncClient
 ) -> None:
     response = await web.post(f"{minimax.url}/v1/video_generation", json=CREATE)
     assert response.status_code == 200
@@ -115,7 +98,7 @@ async def test_a_missing_key_is_answered_like_minimax(
     ],
 )
 async def test_creates_are_validated(
-    minimax: Served, web: httpx.AsyncClient, fields: dict[str, object], problem: str
+    minimax: ServedMinimax, web: httpx.AsyncClient, fields: dict[str, object], problem: str
 ) -> None:
     body = await create(web, minimax.url, **fields)
     assert body["base_resp"] == {"status_code": 2013, "status_msg": f"invalid params, {problem}"}
@@ -123,7 +106,7 @@ async def test_creates_are_validated(
 
 
 async def test_control_endpoint_steers_the_minimax_fake(
-    minimax: Served, web: httpx.AsyncClient
+    minimax: ServedMinimax, web: httpx.AsyncClient
 ) -> None:
     url = minimax.url
     changed = await web.post(
