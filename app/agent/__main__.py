@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -24,6 +22,7 @@ from app import __version__
 from app.agent.client import AgentClient, AgentOptions, TokenRefusedError, socket_url
 from app.agent.processes import ModelProcesses
 from app.agent.telemetry import read_gpus
+from app.lib.tasks import wait_for_stop_signal
 
 DEFAULT_COMMAND = "vllm serve {model} --port {port}"
 logger = structlog.get_logger()
@@ -101,13 +100,8 @@ async def run(args: argparse.Namespace) -> int:
         processes,
         gpus=read_gpus,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
     connection = asyncio.create_task(client.run())
-    stopping = asyncio.create_task(stop.wait())
+    stopping = asyncio.create_task(wait_for_stop_signal())
     try:
         await asyncio.wait({connection, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:

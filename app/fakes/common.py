@@ -12,6 +12,7 @@ in another process is steered over HTTP:
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import dataclasses
@@ -144,7 +145,7 @@ class FakeRequest:
 Handler = Callable[[FakeRequest], Awaitable[None]]
 
 
-class FakeUpstream:
+class FakeUpstream(abc.ABC):
     """Base of the fakes: dispatch, recording, switches and the control endpoints."""
 
     def __init__(
@@ -168,8 +169,9 @@ class FakeUpstream:
 
     # -- subclass hooks ----------------------------------------------------------
 
+    @abc.abstractmethod
     def error_body(self, status: int, message: str) -> bytes:
-        raise NotImplementedError
+        """The error body in the dialect this fake speaks (OpenAI's, Ollama's)."""
 
     def route(self, method: str, path: str, handler: Handler, *, listing: bool = False) -> None:
         self._routes[(method, path)] = handler

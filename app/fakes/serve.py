@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -18,6 +17,9 @@ from typing import Any, Protocol, runtime_checkable
 import uvicorn
 
 from app.fakes.common import ASGIApp
+from app.lib.tasks import wait_for_stop_signal
+
+__all__ = ["run_in_foreground", "serve_asgi", "wait_for_stop_signal"]
 
 STARTUP_TIMEOUT_SECONDS = 10.0
 GRACEFUL_SHUTDOWN_SECONDS = 1
@@ -103,16 +105,6 @@ def _url_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
-
-
-async def wait_for_stop_signal() -> None:
-    """Until SIGINT or SIGTERM (the foreground fakes' way of running "until stopped")."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # not on Windows
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
 
 
 def run_in_foreground(main: Coroutine[Any, Any, None]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -29,3 +31,14 @@ async def every(seconds: float, body: Callable[[], Awaitable[object]]) -> None:
     while True:
         await asyncio.sleep(seconds)
         await body()
+
+
+async def wait_for_stop_signal() -> None:
+    """Until SIGINT or SIGTERM: how foreground tools (fakes, the GPU agent) run
+    "until stopped"."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # not on Windows
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
