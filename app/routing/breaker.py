@@ -85,3 +85,16 @@ class CircuitBreaker:
     def release(self) -> None:
         """Give back a trial that ended without a verdict (client went away)."""
         self._trial_out = False
+
+    def open_remaining(self) -> float:
+        """Seconds the breaker stays open (0 when closed or half-open)."""
+        if self._opened_at is None:
+            return 0.0
+        return max(0.0, self.open_seconds - (self._clock() - self._opened_at))
+
+    def trip(self, remaining: float) -> None:
+        """Open for ``remaining`` seconds on another replica's verdict: the same state
+        this breaker would be in had it counted the failures itself."""
+        self._failures = max(self._failures, self.threshold)
+        self._opened_at = self._clock() - max(0.0, self.open_seconds - remaining)
+        self._trial_out = False

@@ -1,24 +1,38 @@
-"""Background health probing of every registered backend.
+"""Background health probing of every registered backend, once per interval cluster-wide.
 
-A backend is fail-closed until its first probe; the prober runs one at once when a
-backend is added or replaced, then every ``interval`` seconds for all backends,
-reading the registry afresh each round. Status changes are published on the
-``EventBus`` so dashboards (on any replica) can show them live.
+A backend is fail-closed until its first probe; each replica probes a backend at once
+when it is added or replaced (so it can route to it without waiting for a round).
+After that probing goes in rounds aligned to the wall clock (round ``n`` starts at
+``n * interval`` seconds since the epoch). Every replica wakes for each round, and the
+first to claim the round's key in the ``StateStore`` (``set_if_absent`` with a TTL)
+probes every backend; the others skip it. So a backend is probed once per interval
+however many replicas run, and when the replica that probed dies the next round is
+simply claimed by another: takeover within one interval, with no lease to hand over.
+
+The prober publishes every round's results on ``routing.probes`` (discovered models
+included) and every replica applies them as if it had probed itself; status changes
+also go to ``routing.health``, once, from the replica that saw them, for dashboards.
+When the store cannot be reached (Redis down), each replica probes for itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 
 from app.lib.events.base import EventBus
+from app.lib.state.base import StateStore
+from app.lib.state.memory import MemoryStateStore
 from app.routing.registry import BackendRegistry, BackendState
-from app.routing.types import Health, HealthStatus
+from app.routing.types import Health, HealthStatus, ProbeResult
 
 HEALTH_CHANNEL = "routing.health"
+PROBES_CHANNEL = "routing.probes"
 DEFAULT_INTERVAL_SECONDS = 60.0
 
 logger = structlog.get_logger()
@@ -31,13 +45,22 @@ class HealthChecker:
         events: EventBus,
         *,
         interval: float = DEFAULT_INTERVAL_SECONDS,
+        store: StateStore | None = None,
+        instance: str | None = None,
         wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._registry = registry
         self._events = events
         self.interval = interval
+        # Not ``store or ...``: an empty MemoryStateStore is falsy (it has a length).
+        self._store = MemoryStateStore() if store is None else store
+        self.instance = instance or uuid.uuid4().hex
         self._wall_clock = wall_clock
+        self._sleep = sleep
         self._pending: set[asyncio.Task[Health]] = set()
+        self.rounds_probed = 0
+        """Rounds this replica claimed and probed (the others were probed elsewhere)."""
 
     def watch(self) -> None:
         """Probe every backend as soon as it is added or replaced."""
@@ -50,34 +73,124 @@ class HealthChecker:
 
     async def probe(self, state: BackendState) -> Health:
         result = await state.adapter.probe()
-        status = HealthStatus.HEALTHY if result.healthy else HealthStatus.UNHEALTHY
-        health = Health(status, result.reason, self._wall_clock())
+        change = self._apply(state, result)
+        if change is not None:
+            await self._announce(state, *change)
+            return change[1]
+        # Replaced or removed while probing: the result is stale.
+        return Health(_status(result), result.reason, self._wall_clock())
+
+    def _apply(self, state: BackendState, result: ProbeResult) -> tuple[Health, Health] | None:
+        """Apply ``result`` to ``state`` if it is still current: (previous, new) health."""
         if not self._registry.is_current(state):
-            return health  # replaced or removed while probing: the result is stale
+            return None
         previous = state.health
+        health = Health(_status(result), result.reason, self._wall_clock())
         state.apply_probe(result, health)
-        if previous.status is not status or previous.reason != health.reason:
-            if previous.status is not status:
+        return previous, health
+
+    async def _announce(self, state: BackendState, previous: Health, health: Health) -> None:
+        if previous.status is not health.status or previous.reason != health.reason:
+            if previous.status is not health.status:
                 logger.info(
                     "backend health changed",
                     backend=state.name,
-                    status=status.value,
+                    status=health.status.value,
                     reason=health.reason,
                 )
             await self._publish(state, previous, health)
-        return health
 
     async def probe_all(self) -> None:
+        """Probe every backend and share the results with the other replicas."""
         states = list(self._registry)
-        if states:
-            await asyncio.gather(*(self.probe(state) for state in states))
+        if not states:
+            return
+        results = await asyncio.gather(*(s.adapter.probe() for s in states))
+        shared: list[dict[str, Any]] = []
+        for state, result in zip(states, results, strict=True):
+            change = self._apply(state, result)
+            if change is None:
+                continue
+            await self._announce(state, *change)
+            shared.append(
+                {
+                    "backend": state.name,
+                    "upstream": state.upstream,
+                    "healthy": result.healthy,
+                    "reason": result.reason,
+                    "models": list(result.models),
+                }
+            )
+        try:
+            await self._events.publish(PROBES_CHANNEL, {"origin": self.instance, "results": shared})
+        except Exception as exc:  # the others probe for themselves once rounds go unclaimed
+            logger.warning("could not share probe results", error=repr(exc))
 
     async def run(self) -> None:
-        """Probe every backend each interval; the first round comes one interval after
-        start, since ``watch`` already probes each backend as it is loaded."""
+        """Claim and probe the rounds nobody else claimed. The first round comes at the
+        next interval boundary, since ``watch`` already probes each backend as it loads."""
         while True:
-            await asyncio.sleep(self.interval)
-            await self.probe_all()
+            now = self._wall_clock()
+            round_no = int(now // self.interval) + 1
+            await self._sleep(round_no * self.interval - now)
+            await self.run_round(round_no)
+
+    async def run_round(self, round_no: int) -> bool:
+        """Probe round ``round_no`` unless another replica claimed it; True if probed."""
+        if not await self._claim(round_no):
+            return False
+        self.rounds_probed += 1
+        await self.probe_all()
+        return True
+
+    async def _claim(self, round_no: int) -> bool:
+        try:
+            return await self._store.set_if_absent(
+                f"health:round:{round_no}", self.instance.encode(), ttl=2 * self.interval
+            )
+        except Exception as exc:
+            # No shared store: better every replica probes than none does.
+            logger.warning("could not claim a probe round; probing here", error=repr(exc))
+            return True
+
+    async def follow(self) -> None:
+        """Apply the rounds other replicas probe (run supervised)."""
+        async with self._events.subscribe(PROBES_CHANNEL) as events:
+            async for event in events:
+                if event.get("origin") != self.instance:
+                    await self._apply_shared(event.get("results"))
+
+    async def _apply_shared(self, results: object) -> None:
+        if not isinstance(results, list):
+            logger.warning("malformed probe results", results=results)
+            return
+        for item in results:
+            try:
+                name = str(item["backend"])
+                upstream = str(item["upstream"])
+                result = ProbeResult(
+                    bool(item["healthy"]),
+                    str(item["reason"]),
+                    tuple(str(m) for m in item["models"]),
+                )
+            except (KeyError, TypeError, ValueError):
+                logger.warning("malformed probe result", result=item)
+                continue
+            state = self._registry.get(name)
+            if state is None or state.upstream != upstream:
+                continue  # not loaded here yet, or a different upstream under that name
+            change = self._apply(state, result)
+            if change is not None:
+                # The prober told the dashboards; this replica only logs.
+                previous, health = change
+                if previous.status is not health.status:
+                    logger.info(
+                        "backend health changed",
+                        backend=state.name,
+                        status=health.status.value,
+                        reason=health.reason,
+                        probed_elsewhere=True,
+                    )
 
     async def close(self) -> None:
         for task in list(self._pending):
@@ -99,3 +212,7 @@ class HealthChecker:
             )
         except Exception as exc:  # the bus is a hint channel; probing must go on
             logger.warning("could not publish health change", error=repr(exc))
+
+
+def _status(result: ProbeResult) -> HealthStatus:
+    return HealthStatus.HEALTHY if result.healthy else HealthStatus.UNHEALTHY

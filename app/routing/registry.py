@@ -51,6 +51,12 @@ class BackendState:
         return self.adapter.kind
 
     @property
+    def upstream(self) -> str:
+        """What identifies the upstream across replicas: the registered URL (an
+        evernight backend runs against a local tunnel port that differs per replica)."""
+        return self.spec.configured_url or self.spec.url
+
+    @property
     def models(self) -> tuple[str, ...]:
         """Advertised models: the static list, then discovered ids not already in it (the
         other way round for adapters that say ``static_models_first = False``)."""

@@ -21,6 +21,7 @@ that is the request's fault) clears its cooldown.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.routing.affinity import AffinityStore
@@ -65,7 +66,17 @@ class Router:
         self.cooldown_seconds = cooldown_seconds
         self._clock = clock
         self._turn = 0
+        self._verdict_listeners: list[Callable[[BackendState], None]] = []
         registry.on_removed(self._forget)
+
+    def on_verdict(self, listener: Callable[[BackendState], None]) -> None:
+        """Call ``listener`` when a backend's breaker opens or closes or it starts
+        cooling (``SharedVerdicts`` tells the other replicas)."""
+        self._verdict_listeners.append(listener)
+
+    def verdict_changed(self, state: BackendState) -> None:
+        for listener in self._verdict_listeners:
+            listener(state)
 
     def _forget(self, state: BackendState) -> None:
         # A replacement may point elsewhere: its load must be scraped afresh.
@@ -77,6 +88,14 @@ class Router:
 
     def clear_cooldown(self, state: BackendState) -> None:
         state.cooldown_until = None
+
+    def cool_for(self, state: BackendState, seconds: float) -> None:
+        """Cool for exactly ``seconds`` (another replica's cooldown; 0 clears it)."""
+        state.cooldown_until = self._clock() + seconds if seconds > 0 else None
+
+    def cooling_remaining(self, state: BackendState) -> float:
+        until = state.cooldown_until
+        return 0.0 if until is None else max(0.0, until - self._clock())
 
     def is_cooling(self, state: BackendState) -> bool:
         until = state.cooldown_until

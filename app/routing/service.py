@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from app.routing.backends.base import ChatStream, VideoBackend
+from app.routing.breaker import BreakerState
 from app.routing.errors import NoHealthyBackendError, StreamInterruptedError, UpstreamError
 from app.routing.registry import BackendRegistry, BackendState
 from app.routing.router import Router, Selection
@@ -60,7 +61,11 @@ class ListedModel:
 
 
 def _settle(router: Router, state: BackendState, error: BaseException | None) -> None:
-    """Record one attempt's verdict in the breaker and the cooldown."""
+    """Record one attempt's verdict in the breaker and the cooldown; a change of
+    either (breaker opened or closed, cooling started) is announced to the router's
+    verdict listeners, which share it with the other replicas."""
+    was_closed = state.breaker.state is BreakerState.CLOSED
+    was_cooling = router.is_cooling(state)
     if isinstance(error, StreamInterruptedError) or (
         isinstance(error, UpstreamError) and error.retryable
     ):
@@ -72,6 +77,11 @@ def _settle(router: Router, state: BackendState, error: BaseException | None) ->
         router.clear_cooldown(state)
     else:
         state.breaker.release()  # cancelled or our own bug: no verdict on the upstream
+        return
+    if (state.breaker.state is BreakerState.CLOSED) != was_closed or (
+        router.is_cooling(state) != was_cooling
+    ):
+        router.verdict_changed(state)
 
 
 class RoutingService:

@@ -103,6 +103,7 @@ class FakeBackend(Backend):
         self.script = script
         self.calls: list[UpstreamCall] = []
         self.streams: list[FakeStream] = []
+        self.probes = 0
 
     def metrics_source(self) -> Callable[[], Awaitable[str]] | None:
         if self.script.metrics is None:
@@ -117,6 +118,7 @@ class FakeBackend(Backend):
         return scrape
 
     async def probe(self) -> ProbeResult:
+        self.probes += 1
         if self.script.probe_healthy:
             return ProbeResult(True, "ok", self.script.probe_models)
         return ProbeResult(False, "connection refused")
@@ -144,7 +146,10 @@ class FakeBackend(Backend):
 class RoutingRig:
     """A registry, router and service over fake backends, with a fake clock."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, state: MemoryStateStore | None = None, events: MemoryEventBus | None = None
+    ) -> None:
+        """``state`` and ``events`` shared by two rigs make them two replicas."""
         self.clock = FakeClock()
         self.scripts: dict[str, Script] = {}
         self.registry = BackendRegistry(
@@ -152,8 +157,8 @@ class RoutingRig:
             breaker_factory=lambda: CircuitBreaker(clock=self.clock),
         )
         self.aliases = AliasTable()
-        self.state = MemoryStateStore()
-        self.events = MemoryEventBus()
+        self.state = MemoryStateStore() if state is None else state
+        self.events = MemoryEventBus() if events is None else events
         self.affinity = AffinityStore(self.state)
         self.metrics = VllmMetricsCache(clock=self.clock)
         self.router = Router(

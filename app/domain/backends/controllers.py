@@ -32,6 +32,7 @@ from app.domain.backends.sync import RoutingConfigSync
 from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
 from app.lib.vault import Vault
 from app.routing.registry import BackendRegistry, BackendState
+from app.routing.types import monotonic
 
 LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
 OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
@@ -53,9 +54,15 @@ def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
             reason=state.health.reason,
             checked_at=_epoch_to_utc(state.health.checked_at),
         )
+        cooling_until = state.cooldown_until
         breaker = BreakerOut(
             state=state.breaker.state.value,
             consecutive_failures=state.breaker.consecutive_failures,
+            open_seconds_left=round(state.breaker.open_remaining(), 3),
+            # The router's clock (monotonic) set cooldown_until.
+            cooling_seconds_left=0.0
+            if cooling_until is None
+            else round(max(0.0, cooling_until - monotonic()), 3),
         )
         advertised, in_flight = list(state.models), state.in_flight
     resolved = None

@@ -71,6 +71,12 @@ class HealthOut(msgspec.Struct):
 class BreakerOut(msgspec.Struct):
     state: str
     consecutive_failures: int
+    open_seconds_left: float = 0.0
+    """Until the half-open trial (0 unless open); a breaker another replica opened
+    shows here too, with the time it has left."""
+    cooling_seconds_left: float = 0.0
+    """The cooldown after a retryable failure (on any replica): routing passes the
+    backend over while another candidate is warm."""
 
 
 class BackendOut(msgspec.Struct):
