@@ -31,7 +31,7 @@ class BackendState:
     """Set once the upstream reported usage in a stream, so relays stop counting text."""
     cooldown_until: float | None = None
     """Monotonic time until which the router passes this backend over (see router.py).
-    Per replica for now; it moves to the shared ``StateStore`` with the breaker."""
+    Kept per replica and shared by ``SharedVerdicts`` when it starts, like the breaker."""
     _models: tuple[str, ...] = ()
     _index: dict[str, str] = field(default_factory=dict)
 
