@@ -2,9 +2,10 @@
 
 Events are hints (see ``base``), so the failure policy leans towards availability:
 
-* ``publish`` logs a warning and returns when Redis is unreachable; the request
-  that triggered the event must not fail because a cache elsewhere stays warm a
-  little longer. Non-serializable events still raise: that is a bug, not an outage.
+* ``publish`` logs a warning (at most one a minute) and returns when Redis is
+  unreachable; the request that triggered the event must not fail because a cache
+  elsewhere stays warm a little longer. Non-serializable events still raise: that
+  is a bug, not an outage.
 * A subscription owns a dedicated pub/sub connection. redis-py reconnects and
   resubscribes it after brief outages (events published meanwhile are lost); if
   reconnecting keeps failing, iteration raises ``redis.exceptions.ConnectionError``
@@ -16,6 +17,7 @@ Events are hints (see ``base``), so the failure policy leans towards availabilit
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,6 +38,7 @@ _decoder = msgspec.json.Decoder(dict[str, Any])
 _Message = dict[str, Any]
 
 _SUBSCRIBE_TIMEOUT = 10.0
+_FAILURE_LOG_INTERVAL = 60.0
 
 
 class _Subscription:
@@ -105,6 +108,8 @@ class RedisEventBus:
         self._client = client
         self._prefix = prefix
         self._owns_client = owns_client
+        self._unlogged_failures = 0
+        self._next_failure_log = 0.0
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "arona:events:", **client_kwargs: Any) -> Self:
@@ -116,7 +121,18 @@ class RedisEventBus:
         try:
             await self._client.publish(self._prefix + channel, payload)
         except (RedisError, OSError) as exc:
-            logger.warning("event_publish_failed", channel=channel, error=str(exc))
+            # During an outage every publish fails: one line per minute, with the count.
+            self._unlogged_failures += 1
+            now = time.monotonic()
+            if now >= self._next_failure_log:
+                logger.warning(
+                    "event_publish_failed",
+                    channel=channel,
+                    error=str(exc),
+                    failures=self._unlogged_failures,
+                )
+                self._unlogged_failures = 0
+                self._next_failure_log = now + _FAILURE_LOG_INTERVAL
 
     @asynccontextmanager
     async def subscribe(self, *channels: str) -> AsyncIterator[AsyncIterator[Event]]:
