@@ -278,13 +278,16 @@ async def test_concurrent_claims_take_each_due_job_exactly_once(claim_settings: 
         for row in everything:
             await stores[0].insert(row)
         claimed: dict[uuid.UUID, list[str]] = {}
+        # As the poller does: what a claimer is stepping is busy, not claimed again.
+        busy: list[set[uuid.UUID]] = [set() for _ in stores]
         for _ in range(4):
             rounds = await asyncio.gather(
-                *(s.claim(f"r{i}", now, later, 5) for i, s in enumerate(stores))
+                *(s.claim(f"r{i}", now, later, 5, busy=busy[i]) for i, s in enumerate(stores))
             )
             for i, rows in enumerate(rounds):
                 for row in rows:
                     claimed.setdefault(row.id, []).append(f"r{i}")
+                    busy[i].add(row.id)
                     assert row.lease_owner == f"r{i}"
         assert set(claimed) == {row.id for row in [*due, expired]}
         assert all(len(owners) == 1 for owners in claimed.values()), claimed
@@ -298,3 +301,27 @@ async def test_concurrent_claims_take_each_due_job_exactly_once(claim_settings: 
             await connection.execute(delete(VideoJob).where(VideoJob.id.in_(ids)))
         for engine in engines:
             await engine.dispose()
+
+
+async def test_a_job_stays_with_its_poller_between_steps(claim_settings: Settings) -> None:
+    """A rescheduled job keeps its lease past its next poll: its holder claims it again
+    when it falls due, nobody else can, and once the holder is gone long enough the
+    job moves on."""
+    engine = create_async_engine(claim_settings.database_url)
+    store = JobStore(engine)
+    now = utcnow()
+    lease = datetime.timedelta(seconds=30)
+    job = _job(now, status="running", lease_owner="a", lease_expires_at=now + lease)
+    try:
+        await store.insert(job)
+        assert await store.claim("b", now, now + lease, 10) == []
+        assert [row.id for row in await store.claim("a", now, now + lease, 10)] == [job.id]
+        # ... unless it is stepping it right now.
+        assert await store.claim("a", now, now + lease, 10, busy=[job.id]) == []
+        after = now + lease + datetime.timedelta(seconds=1)
+        taken = await store.claim("b", after, after + lease, 10)
+        assert [(row.id, row.lease_owner) for row in taken] == [(job.id, "b")]
+    finally:
+        async with engine.begin() as connection:
+            await connection.execute(delete(VideoJob).where(VideoJob.id == job.id))
+        await engine.dispose()

@@ -5,10 +5,13 @@ with one atomic UPDATE (``JobStore.claim``): unfinished, ``next_poll_at`` passed
 nobody holding the lease, or its holder let it run out. The lease lasts
 ``settings.video_lease_seconds`` and is renewed every third of that while the
 replica works on the job, so with any number of replicas exactly one drives a job at
-a time. Each claimed job takes one step (``steps.py``), whose write releases the
-lease. A replica that dies holding a lease hands the job over when the lease runs
-out; a graceful stop releases its leases at once. State lives in the database only,
-so after a restart running jobs simply resume.
+a time. Each claimed job takes one step (``steps.py``); a step that leaves the job
+unfinished keeps the lease until ``lease`` past the next poll, and the holder claims
+its own jobs again when they fall due: a job is polled by one replica from start to
+end. A replica that dies holding a lease hands its jobs over when the leases run out
+(at most ``lease`` after their next poll was due); a graceful stop releases its leases
+at once. State lives in the database only, so after a restart running jobs simply
+resume.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import os
+import socket
 import uuid
 
 import structlog
@@ -33,6 +38,12 @@ BATCH = 20
 """Jobs claimed per round; more due ones are claimed in the next round right away."""
 
 
+def default_replica_id() -> str:
+    """``host:pid:random`` (at most 64 characters, the column's size): unique per
+    poller, and it tells an operator (or a cluster test) which process holds a lease."""
+    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
 class VideoPoller:
     def __init__(
         self,
@@ -47,7 +58,7 @@ class VideoPoller:
         tick_seconds: float = TICK_SECONDS,
         batch: int = BATCH,
     ) -> None:
-        self.replica_id = replica_id or uuid.uuid4().hex
+        self.replica_id = replica_id or default_replica_id()
         """This replica's name in ``video_jobs.lease_owner``."""
         self._store = store
         self._lease = datetime.timedelta(seconds=lease_seconds)
@@ -58,6 +69,7 @@ class VideoPoller:
             routing=routing,
             bus=bus,
             owner=self.replica_id,
+            lease=self._lease,
             poll_seconds=poll_seconds,
             timeout_seconds=timeout_seconds,
         )
@@ -120,7 +132,9 @@ class VideoPoller:
         Steps run as tasks of their own: a provider that is slow to answer holds up
         its own job only."""
         now = utcnow()
-        jobs = await self._store.claim(self.replica_id, now, now + self._lease, room)
+        jobs = await self._store.claim(
+            self.replica_id, now, now + self._lease, room, busy=list(self._active)
+        )
         for job in jobs:
             task = asyncio.create_task(self._stepper.step(job))
             self._active[job.id] = task

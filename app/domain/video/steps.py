@@ -3,9 +3,11 @@
 A queued job without a provider task is submitted (routing picks the backend); a job
 with a task is polled on the backend that created it; a finished task's file is
 resolved to its URL and the job is priced and metered. Every write is conditional on
-the job still being active and this replica still holding the lease, and releases
-the lease in the same statement: a cancel (or another replica that took the job over
-after this one stalled) always wins, and this step then writes nothing.
+the job still being active and this replica still holding the lease: a cancel (or
+another replica that took the job over after this one stalled) always wins, and this
+step then writes nothing. A final write releases the lease; one that reschedules the
+job keeps it until ``lease`` past the next poll, so the same replica takes the next
+step (and a dead one's job moves on once that runs out).
 
 Failures: a provider's verdict (not retryable: bad parameters, content, balance, a
 generation that failed) fails the job with the provider's message; anything that may
@@ -33,7 +35,7 @@ from app.domain.video import metering
 from app.domain.video.events import publish_job
 from app.domain.video.pricing import DEFAULT_MODE, MODES, Price, PriceMode, cost_of
 from app.domain.video.schedule import SUBMITTED_PROGRESS, estimate_progress, next_poll_at
-from app.domain.video.store import JobStore
+from app.domain.video.store import ACTIVE, JobStore
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
 from app.lib.events.base import EventBus
@@ -59,6 +61,7 @@ class JobStepper:
         routing: RoutingService,
         bus: EventBus,
         owner: str,
+        lease: datetime.timedelta,
         poll_seconds: float,
         timeout_seconds: float,
     ) -> None:
@@ -66,6 +69,7 @@ class JobStepper:
         self._routing = routing
         self._bus = bus
         self.owner = owner
+        self._lease = lease
         self._poll_seconds = poll_seconds
         self._timeout = datetime.timedelta(seconds=timeout_seconds)
 
@@ -238,12 +242,14 @@ class JobStepper:
         *,
         usage: Callable[[VideoJob], Mapping[str, Any]] | None = None,
     ) -> None:
-        changes = {
-            **values,
-            "updated_at": utcnow(),
-            "lease_owner": None,
-            "lease_expires_at": None,
-        }
+        now = utcnow()
+        changes: dict[str, Any] = {**values, "updated_at": now}
+        if values.get("status", job.status) in ACTIVE:
+            due = values.get("next_poll_at", now)
+            changes["lease_expires_at"] = max(due, now) + self._lease
+        else:
+            changes["lease_owner"] = None
+            changes["lease_expires_at"] = None
         row = await self._store.update_if(job.id, changes, lease_owner=self.owner, usage=usage)
         if row is None:
             return  # cancelled meanwhile, or the lease went to another replica

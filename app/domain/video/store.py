@@ -118,18 +118,31 @@ class JobStore:
         return row
 
     async def claim(
-        self, owner: str, now: datetime.datetime, until: datetime.datetime, limit: int
+        self,
+        owner: str,
+        now: datetime.datetime,
+        until: datetime.datetime,
+        limit: int,
+        *,
+        busy: Collection[UUID] = (),
     ) -> list[VideoJob]:
-        """Take the lease of up to ``limit`` due jobs nobody holds (or whose holder let
-        the lease run out), in one statement.
+        """Take the lease of up to ``limit`` due jobs nobody else holds (free, held by
+        ``owner`` already, or whose holder let the lease run out), in one statement.
+        ``busy``: jobs ``owner`` is taking a step of now (held, and not to start twice).
 
         The conditions are repeated outside the subquery: on PostgreSQL a concurrent
         claim that locked the same row first makes this one re-check them on the
         committed row (and skip it); ``SKIP LOCKED`` spares the wait. SQLite runs one
         writer at a time and ignores ``FOR UPDATE``.
         """
-        free = or_(VideoJob.lease_owner.is_(None), VideoJob.lease_expires_at < now)
+        free = or_(
+            VideoJob.lease_owner.is_(None),
+            VideoJob.lease_owner == owner,
+            VideoJob.lease_expires_at < now,
+        )
         due = and_(VideoJob.status.in_(ACTIVE), VideoJob.next_poll_at <= now, free)
+        if busy:
+            due = and_(due, VideoJob.id.not_in(list(busy)))
         candidates = (
             select(VideoJob.id)
             .where(due)
