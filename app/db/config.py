@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -15,6 +16,7 @@ from advanced_alchemy.extensions.litestar import (
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.outage import install_connect_errors
 from app.lib.settings import Settings
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
@@ -31,7 +33,21 @@ def _engine_config(settings: Settings) -> EngineConfig:
         max_overflow=settings.db_pool_size,
         pool_pre_ping=True,
         pool_recycle=1800,
+        # Bounded waits: with the database down or black-holed a request fails with a
+        # 503 within these, instead of asyncpg's 60 s connect or the pool's 30 s wait.
+        # (SQLAlchemy takes whole seconds for the pool; at least one.)
+        pool_timeout=max(1, math.ceil(settings.db_pool_timeout_seconds)),
+        connect_args=_connect_timeout(settings),
     )
+
+
+def _connect_timeout(settings: Settings) -> dict[str, Any]:
+    """The connect timeout in the driver's own argument."""
+    if "+asyncpg" in settings.database_url.split("://", 1)[0]:
+        return {"timeout": settings.db_connect_timeout_seconds}
+    if "+psycopg" in settings.database_url.split("://", 1)[0]:
+        return {"connect_timeout": max(1, math.ceil(settings.db_connect_timeout_seconds))}
+    return {}
 
 
 def build_db_config(settings: Settings) -> SQLAlchemyAsyncConfig:
@@ -40,7 +56,7 @@ def build_db_config(settings: Settings) -> SQLAlchemyAsyncConfig:
     # many configs (a test run builds one per app) hits the recursion limit near a
     # thousand. Keys unique from the start are accepted on the first check.
     suffix = uuid4().hex
-    return SQLAlchemyAsyncConfig(
+    config = SQLAlchemyAsyncConfig(
         session_scope_key=f"_sqlalchemy_db_session_{suffix}",
         engine_app_state_key=f"db_engine_{suffix}",
         session_maker_app_state_key=f"session_maker_class_{suffix}",
@@ -57,6 +73,10 @@ def build_db_config(settings: Settings) -> SQLAlchemyAsyncConfig:
             compare_type=True,
         ),
     )
+    # A refused or timed-out connect surfaces as a SQLAlchemy OperationalError (a 503
+    # ``database_unavailable``), not a bare OSError (app.db.outage).
+    install_connect_errors(config.get_engine())
+    return config
 
 
 def install_sqlite_pragmas(engine: AsyncEngine) -> None:

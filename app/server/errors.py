@@ -15,6 +15,7 @@ from litestar.exceptions import HTTPException, SerializationException, Validatio
 from litestar.response import Redirect, Template
 from litestar.types import ExceptionHandlersMap
 
+from app.db.outage import DatabaseUnavailableError, is_database_outage
 from app.lib.errors import AronaError, error_body
 
 logger = structlog.get_logger()
@@ -44,7 +45,13 @@ def current_request_id() -> str | None:
 
 # The HTML faces; everything else (the APIs, ops endpoints) answers in JSON.
 _PAGE_PREFIXES = ("/login", "/logout", "/register", "/projects", "/admin")
-_PAGE_TITLES = {401: "Please log in", 403: "Not allowed", 404: "Not found", 429: "Slow down"}
+_PAGE_TITLES = {
+    401: "Please log in",
+    403: "Not allowed",
+    404: "Not found",
+    429: "Slow down",
+    503: "Temporarily unavailable",
+}
 
 
 def _is_page(request: Request[Any, Any, Any]) -> bool:
@@ -162,7 +169,20 @@ def handle_duplicate(_: Request[Any, Any, Any], exc: DuplicateKeyError) -> Respo
     return _json(409, error_body(409, "a record with these values already exists", "conflict"))
 
 
-def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+def handle_database_outage(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The database is unreachable: a 503 the client can retry, not an internal error.
+
+    Logged as a one-line warning without a trace: during an outage every write
+    fails the same way, and the replica keeps serving what its caches hold.
+    """
+    logger.warning("database unreachable", error_type=type(exc).__name__, path=request.url.path)
+    unavailable = exc if isinstance(exc, DatabaseUnavailableError) else DatabaseUnavailableError()
+    return handle_arona_error(request, unavailable)
+
+
+def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    if is_database_outage(exc):
+        return handle_database_outage(request, exc)
     request_id = current_request_id()
     # Unexpected errors are bugs: log the trace once, server side only.
     logger.exception("unhandled error", error_type=type(exc).__name__)

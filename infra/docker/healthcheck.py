@@ -3,8 +3,9 @@
 
 Usage: ``arona-healthcheck [/healthz|/readyz]`` (default ``/healthz``). The image's
 HEALTHCHECK uses ``/healthz`` (liveness); compose uses ``/readyz`` for the replicas so
-the load balancer starts only once they reach PostgreSQL and Redis. Standard library
-only, so the image needs no curl.
+the load balancer starts only once they have started (which needs PostgreSQL); later
+outages make ``/readyz`` say ``degraded`` with a 200, since the replica serves on.
+Standard library only, so the image needs no curl.
 """
 
 from __future__ import annotations

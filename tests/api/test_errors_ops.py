@@ -81,17 +81,24 @@ async def test_healthz_and_readyz(client):
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "checks": {"database": "ok", "redis": "ok"}}
+    assert ready.json() == {
+        "status": "ready",
+        "checks": {"database": "ok", "redis": "ok", "usage_buffered": 0},
+    }
 
 
 async def test_readyz_without_redis_configured(make_app, sqlite_settings):
     async with AsyncTestClient(app=make_app(sqlite_settings)) as client:
         ready = await client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"database": "ok", "redis": "not configured"}
+    assert ready.json()["checks"] == {
+        "database": "ok",
+        "redis": "not configured",
+        "usage_buffered": 0,
+    }
 
 
-async def test_readyz_reports_503_when_redis_goes_away(make_app, pg_settings):
+async def test_readyz_reports_degraded_when_redis_goes_away(make_app, pg_settings):
     redis_server = shutil.which("redis-server")
     assert redis_server, "redis-server must be installed (.ci/run installs services)"
     port = _free_port()
@@ -123,7 +130,10 @@ async def test_readyz_reports_503_when_redis_goes_away(make_app, pg_settings):
             process.terminate()
             process.wait(timeout=10)
             response = await client.get("/readyz")
-            assert response.status_code == 503
+            # Still 200: the replica keeps serving on local state, so a load balancer
+            # must not take it (and every other replica) out of rotation.
+            assert response.status_code == 200
+            assert response.json()["status"] == "degraded"
             assert response.json()["checks"]["redis"] == "unreachable"
             assert response.json()["checks"]["database"] == "ok"
             # Liveness is about the process, not its dependencies.

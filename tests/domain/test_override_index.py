@@ -341,7 +341,7 @@ async def test_the_sync_invalidates_here_at_once_and_on_other_replicas() -> None
         await bus.close()
 
 
-async def test_subscribing_drops_everything_cached() -> None:
+async def test_subscribing_marks_everything_cached_stale() -> None:
     bus = MemoryEventBus()
     store = FakeStore()
     sync = OverrideSync(OverrideIndex(store.load), bus)
@@ -352,7 +352,13 @@ async def test_subscribing_drops_everything_cached() -> None:
     task = asyncio.create_task(sync.run(ready))
     try:
         await asyncio.wait_for(ready.wait(), 2)
-        assert len(sync.index) == 0
+        # Not current any more: the next match reads the project again...
+        assert not sync.index.is_cached(PROJECT)
+        assert not sync.index.is_cached(OTHER_PROJECT)
+        row = store.add(PROJECT, "conv", "m")
+        assert _is(await sync.index.match(PROJECT, "conv", "m"), row)
+        assert sync.index.is_cached(PROJECT)
+        assert store.reads == 3
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

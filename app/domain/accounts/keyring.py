@@ -11,6 +11,15 @@ Changes that arrive while a database read is in flight are not lost to it: a
 reload replays the adds and removals made during the load on top of what it read,
 and a miss lookup that raced a removal answers its one request but is not cached
 (otherwise a key revoked meanwhile could come back until the next reload).
+
+While the database is unreachable, known keys keep working from memory. A key that
+is not in the index cannot be checked, so it is answered with
+``DatabaseUnavailableError`` (503 ``database_unavailable``), not 401: the index is
+only as complete as the events it received, and telling a client whose key was
+created just before the outage that its key is invalid would be wrong. After one
+failed lookup, misses are answered that way from memory for ``outage_backoff``
+seconds (no query per attempt), so a flood of unknown keys during an outage costs
+one connection attempt per interval.
 """
 
 from __future__ import annotations
@@ -20,6 +29,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from uuid import UUID
+
+from app.db.outage import DatabaseUnavailableError, is_database_outage
+
+UNVERIFIABLE_KEY = (
+    "this API key cannot be checked right now: the database is unreachable and the key "
+    "is not among those this server knows; retry shortly"
+)
+DEFAULT_OUTAGE_BACKOFF = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +76,7 @@ class ApiKeyIndex:
         negative_ttl: float = 5.0,
         negative_capacity: int = 10_000,
         miss_lookups_per_second: float = 20.0,
+        outage_backoff: float = DEFAULT_OUTAGE_BACKOFF,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._load_all = load_all
@@ -66,6 +84,9 @@ class ApiKeyIndex:
         self._negative_ttl = negative_ttl
         self._negative_capacity = negative_capacity
         self._rate = miss_lookups_per_second
+        self._outage_backoff = outage_backoff
+        # Until then, misses are answered "cannot be checked" without a query.
+        self._unreachable_until = float("-inf")
         self._clock = clock
         self._active: dict[str, ActiveApiKey] = {}
         self._negative: OrderedDict[str, float] = OrderedDict()
@@ -123,11 +144,19 @@ class ApiKeyIndex:
         expires = self._negative.get(key_hash)
         if expires is not None and expires > now:
             return None
+        if now < self._unreachable_until:
+            raise DatabaseUnavailableError(UNVERIFIABLE_KEY)
         if not self._take_lookup_token(now):
             return None
         self.database_lookups += 1
         removals = self._removals
-        found = await self._lookup_one(key_hash)
+        try:
+            found = await self._lookup_one(key_hash)
+        except Exception as exc:
+            if not is_database_outage(exc):
+                raise
+            self._unreachable_until = self._clock() + self._outage_backoff
+            raise DatabaseUnavailableError(UNVERIFIABLE_KEY) from exc
         if found is None:
             self._remember_miss(key_hash, now)
         elif removals == self._removals:

@@ -7,6 +7,7 @@ from uuid import UUID
 
 import structlog
 
+from app.db.outage import is_database_outage
 from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex
 from app.lib.events.base import EventBus
 
@@ -66,8 +67,16 @@ class ApiKeySync:
         reloads too, since events published meanwhile are gone.
         """
         async with self._bus.subscribe(CHANNEL) as events:
-            await self._index.reload()
-            if ready is not None:
-                ready.set()
+            try:
+                await self._index.reload()
+            except Exception as exc:
+                if not is_database_outage(exc):
+                    raise
+                # Resubscribed while the database is down: keep the keys held and
+                # follow events; the periodic reload catches up once it is back.
+                logger.warning("api key index not reloaded: database unreachable")
+            else:
+                if ready is not None:
+                    ready.set()
             async for event in events:
                 self.apply(event)

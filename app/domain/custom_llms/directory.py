@@ -40,13 +40,23 @@ locally at once and on other replicas over ``custom_llms.changed``; a
 ``secrets.changed`` event (rotation, deletion) drops the project's cached entry, so
 its next call reveals the new value, on every replica. A read that started before
 an invalidation is never cached.
+
+Database down: the safety nets (resubscription, the periodic reload) only mark
+entries stale (``mark_all_stale``); a stale project whose re-read fails is served as
+it is, opened keys included, and read again after ``STALE_RETRY_SECONDS``. A project
+dropped by a change or never read raises the loader's error (a 503
+``database_unavailable`` in the app), as does a key not opened yet.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
+
+import structlog
 
 from app.domain.custom_llms.services import LLM_ID_PREFIX, llm_id
 from app.domain.custom_llms.stored import StoredLlm
@@ -56,6 +66,9 @@ from app.routing.backends.openai import auth_headers
 from app.routing.types import AuthScheme, BackendSpec
 
 DEFAULT_MAX_PROJECTS = 10_000
+# After a failed re-read, stale entries are served this long before the next attempt.
+STALE_RETRY_SECONDS = 5.0
+logger = structlog.get_logger()
 
 ProjectLoader = Callable[[UUID], Awaitable[Sequence[StoredLlm]]]
 SecretReveal = Callable[[UUID, UUID], Awaitable[str]]
@@ -132,11 +145,16 @@ class _Project:
     """One project's cached custom LLMs; replaced, never edited, on invalidation
     (except ``targets``, filled as keys are opened)."""
 
-    __slots__ = ("listing", "rows", "targets")
+    __slots__ = ("generation", "listing", "rows", "targets")
 
     def __init__(
-        self, rows: Sequence[StoredLlm], open_target: Callable[[StoredLlm], Awaitable[CustomTarget]]
+        self,
+        rows: Sequence[StoredLlm],
+        open_target: Callable[[StoredLlm], Awaitable[CustomTarget]],
+        generation: int,
     ) -> None:
+        self.generation = generation
+        """The directory's generation when the read started (older: stale)."""
         self.rows = by_name = {row.name: row for row in rows}
         self.listing = [
             CustomListing(
@@ -167,10 +185,16 @@ class CustomLlmDirectory:
         reveal: SecretReveal,
         open_key: KeyOpener,
         max_projects: int = DEFAULT_MAX_PROJECTS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._loader = loader
         self._reveal = reveal
         self._open_key = open_key
+        self._clock = clock
+        # Entries read before the last ``mark_all_stale`` are stale.
+        self._generation = 0
+        # Until then stale entries are served without a re-read (one just failed).
+        self._stale_served_until = float("-inf")
         # One database read per project at a time, shared by concurrent misses; a read
         # that started before an invalidation is not cached.
         self._entries: KeyedCache[UUID, _Project] = KeyedCache(self._read, max_entries=max_projects)
@@ -178,13 +202,13 @@ class CustomLlmDirectory:
     # ------------------------------------------------------------------ reading
 
     async def target(self, project_id: UUID, name: str) -> CustomTarget | None:
-        entry = await self._entries.get(project_id)
+        entry = await self._current(project_id)
         if name not in entry.rows:
             return None
         return await entry.targets.get(name)
 
     async def listing(self, project_id: UUID) -> list[CustomListing]:
-        return list((await self._entries.get(project_id)).listing)
+        return list((await self._current(project_id)).listing)
 
     async def open(self, llm: StoredLlm) -> CustomTarget:
         """A target for a row just read from the database, key opened, not cached
@@ -200,13 +224,42 @@ class CustomLlmDirectory:
     def invalidate_all(self) -> None:
         self._entries.invalidate_all()
 
+    def mark_all_stale(self) -> None:
+        """Events may have been lost (a resubscription, the periodic safety net): read
+        each project again on its next call, but keep what is held to serve while the
+        database cannot be read."""
+        self._generation += 1
+        self._entries.invalidate_all(keep_entries=True)
+
     def __len__(self) -> int:
         return len(self._entries)
 
     # ---------------------------------------------------------------- internals
 
+    async def _current(self, project_id: UUID) -> _Project:
+        entry = self._entries.peek(project_id)
+        if entry is not None and (
+            entry.generation == self._generation or self._clock() < self._stale_served_until
+        ):
+            return entry
+        try:
+            return await self._entries.load(project_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if entry is None:
+                raise
+            self._stale_served_until = self._clock() + STALE_RETRY_SECONDS
+            logger.warning(
+                "custom LLMs could not be re-read; serving the cached ones",
+                project_id=str(project_id),
+                error=repr(exc),
+            )
+            return entry
+
     async def _read(self, project_id: UUID) -> _Project:
-        return _Project(await self._loader(project_id), self._target)
+        generation = self._generation
+        return _Project(await self._loader(project_id), self._target, generation)
 
     async def _target(self, row: StoredLlm) -> CustomTarget:
         key: str | None = None

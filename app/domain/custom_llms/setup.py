@@ -20,6 +20,7 @@ from uuid import UUID
 
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 
+from app.db.outage import unavailable_on_outage
 from app.domain.custom_llms.directory import CustomLlmDirectory
 from app.domain.custom_llms.stored import load_project_llms, open_key
 from app.domain.custom_llms.sync import CustomLlmSync
@@ -31,6 +32,11 @@ from app.lib.http import GuardedUpstreamHttp, build_guarded_http_client
 from app.lib.settings import Settings
 from app.lib.ssrf import SsrfPolicy, UrlGuard
 from app.lib.vault import Vault
+
+_NOT_CACHED = (
+    "the database is unreachable and this project's custom LLMs are not cached on this "
+    "server; retry shortly"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +87,8 @@ def build_custom_llms(
 ) -> CustomLlms:
     policy = ssrf_policy(settings)
     directory = CustomLlmDirectory(
-        partial(load_project_llms, db_config),
-        reveal=SecretResolver(db_config, vault).reveal,
+        unavailable_on_outage(partial(load_project_llms, db_config), _NOT_CACHED),
+        reveal=unavailable_on_outage(SecretResolver(db_config, vault).reveal, _NOT_CACHED),
         open_key=partial(open_key, vault),
     )
     catalog.attach_source(partial(catalog_entries, directory))

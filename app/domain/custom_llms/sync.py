@@ -91,12 +91,13 @@ class CustomLlmSync:
         logger.warning("ignoring malformed secret event", kind=event.get("kind"))
 
     async def reload(self) -> None:
-        """Forget everything cached (after (re)subscribing; periodic safety net)."""
-        self.directory.invalidate_all()
-        self._catalog.invalidate_all()
+        """Re-read everything cached on its next use (after (re)subscribing; periodic
+        safety net); kept meanwhile to ride out a database outage."""
+        self.directory.mark_all_stale()
+        self._catalog.mark_all_stale()
 
     async def reload_secrets(self) -> None:
-        self.directory.invalidate_all()
+        self.directory.mark_all_stale()
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """Follow both channels until cancelled; ``ready`` is set once both are

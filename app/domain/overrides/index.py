@@ -38,9 +38,17 @@ this process's memory), bounded by ``max_projects`` and ``max_overrides`` (the o
 entries are dropped first and reloaded when next asked). A change through the API
 drops the project's entry at once on the replica that made it and, through
 ``OverrideSync`` (channel ``overrides.changed``), on every other replica. Every
-(re)subscription and a periodic safety net in the lifespan drop all entries, so a lost
-event heals within ``OVERRIDE_RELOAD_SECONDS``. A load that started before an
-invalidation is not cached (epoch guard): it cannot resurrect a deleted key.
+(re)subscription and a periodic safety net in the lifespan mark all entries stale
+(``mark_all_stale``): each project is read again on its next request, so a lost event
+heals within ``OVERRIDE_RELOAD_SECONDS``. A load that started before an invalidation
+is not cached (epoch guard): it cannot resurrect a deleted key.
+
+Database down: a stale entry is only a suspicion of a lost event, so when its
+re-read fails the entry is served as it is (and the read retried after
+``STALE_RETRY_SECONDS``): warm projects keep their keys through an outage. A project
+dropped by a change (``invalidate_project``) or never read has nothing to fall back
+on; its first request raises the loader's error (``DatabaseUnavailableError``, a 503,
+in the app).
 
 This module has no database or framework code: the loader is handed in
 (``services.load_project_overrides`` in the app, a plain function in tests).
@@ -48,17 +56,25 @@ This module has no database or framework code: the loader is handed in
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from uuid import UUID
 
+import structlog
+
 from app.lib.keyed_cache import KeyedCache
+
+logger = structlog.get_logger()
 
 # Projects kept at most; past that the oldest entries are dropped.
 DEFAULT_MAX_PROJECTS = 10_000
 # Overrides kept at most over all projects (a project with none counts as one).
 DEFAULT_MAX_OVERRIDES = 100_000
+# After a failed re-read, stale entries are served this long before the next attempt.
+STALE_RETRY_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +105,14 @@ class _Entry:
     by_conversation: Mapping[str, tuple[MatchedOverride, ...]]
     """Each conversation's overrides, longest prefix first."""
     weight: int
+    generation: int
+    """``OverrideIndex``'s generation when the read started (older: stale)."""
 
 
-_NO_OVERRIDES = _Entry(by_conversation=MappingProxyType({}), weight=1)
+_NOTHING: Mapping[str, tuple[MatchedOverride, ...]] = MappingProxyType({})
 
 
-def _entry(overrides: Iterable[LoadedOverride]) -> _Entry:
+def _entry(overrides: Iterable[LoadedOverride], generation: int) -> _Entry:
     grouped: dict[str, list[MatchedOverride]] = {}
     count = 0
     for o in overrides:
@@ -108,14 +126,14 @@ def _entry(overrides: Iterable[LoadedOverride]) -> _Entry:
             )
         )
     if not count:
-        return _NO_OVERRIDES
+        return _Entry(by_conversation=_NOTHING, weight=1, generation=generation)
     by_conversation = {
         conversation: tuple(
             sorted(found, key=lambda m: (-len(m.model_prefix), m.model_prefix, m.override_id))
         )
         for conversation, found in grouped.items()
     }
-    return _Entry(by_conversation=by_conversation, weight=count)
+    return _Entry(by_conversation=by_conversation, weight=count, generation=generation)
 
 
 def _weight(entry: _Entry) -> int:
@@ -129,10 +147,16 @@ class OverrideIndex:
         *,
         max_projects: int = DEFAULT_MAX_PROJECTS,
         max_overrides: int = DEFAULT_MAX_OVERRIDES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_projects < 1 or max_overrides < 1:
             raise ValueError("max_projects and max_overrides must be at least 1")
         self._loader = loader
+        self._clock = clock
+        # Entries read before the last ``mark_all_stale`` are stale.
+        self._generation = 0
+        # Until then stale entries are served without a re-read (one just failed).
+        self._stale_served_until = float("-inf")
         # One database read per project at a time, shared by concurrent misses; a read
         # that started before an invalidation is not cached. Oldest first; a project
         # heavier than the whole budget is still kept alone.
@@ -151,7 +175,7 @@ class OverrideIndex:
         """The override for this request, or ``None`` (see the module docstring)."""
         if not conversation_id:
             return None
-        entry = await self._entries.get(project_id)
+        entry = await self._current(project_id)
         candidates = entry.by_conversation.get(conversation_id)
         if candidates is None:
             return None
@@ -161,8 +185,10 @@ class OverrideIndex:
         return None
 
     def is_cached(self, project_id: UUID) -> bool:
-        """Whether the project's overrides are in memory (a ``match`` costs no query)."""
-        return project_id in self._entries
+        """Whether the project's overrides are in memory and current (a ``match``
+        costs no query)."""
+        entry = self._entries.peek(project_id)
+        return entry is not None and entry.generation == self._generation
 
     def __len__(self) -> int:
         """Projects cached (including those cached as having no overrides)."""
@@ -180,10 +206,39 @@ class OverrideIndex:
         self._entries.invalidate(project_id)
 
     def invalidate_all(self) -> None:
-        """Forget every project (events may have been lost)."""
+        """Forget every project."""
         self._entries.invalidate_all()
+
+    def mark_all_stale(self) -> None:
+        """Events may have been lost (a resubscription, the periodic safety net): read
+        each project again on its next request, but keep what is held to serve while
+        the database cannot be read."""
+        self._generation += 1
+        self._entries.invalidate_all(keep_entries=True)
 
     # ---------------------------------------------------------------- internals
 
+    async def _current(self, project_id: UUID) -> _Entry:
+        entry = self._entries.peek(project_id)
+        if entry is not None and (
+            entry.generation == self._generation or self._clock() < self._stale_served_until
+        ):
+            return entry
+        try:
+            return await self._entries.load(project_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if entry is None:
+                raise
+            self._stale_served_until = self._clock() + STALE_RETRY_SECONDS
+            logger.warning(
+                "override keys could not be re-read; serving the cached ones",
+                project_id=str(project_id),
+                error=repr(exc),
+            )
+            return entry
+
     async def _read(self, project_id: UUID) -> _Entry:
-        return _entry(await self._loader(project_id))
+        generation = self._generation
+        return _entry(await self._loader(project_id), generation)

@@ -22,6 +22,7 @@ from uuid import UUID, uuid4
 import structlog
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 
+from app.db.outage import unavailable_on_outage
 from app.domain.overrides.index import OverrideIndex
 from app.domain.overrides.services import load_project_overrides
 from app.lib.events.base import Event, EventBus
@@ -68,8 +69,9 @@ class OverrideSync:
         logger.warning("ignoring malformed override event", kind=event.get("kind"))
 
     async def reload(self) -> None:
-        """Forget every cached project (after (re)subscribing; periodic safety net)."""
-        self.index.invalidate_all()
+        """Re-read every cached project on its next request (after (re)subscribing;
+        periodic safety net); kept meanwhile to ride out a database outage."""
+        self.index.mark_all_stale()
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """Follow other replicas' changes until cancelled (``app.lib.events.follow``)."""
@@ -81,5 +83,11 @@ def build_override_sync(
 ) -> OverrideSync:
     """The index (reading ``db_config``, decrypting with ``vault`` on a miss) and the
     sync that keeps it current; the index is ``sync.index``."""
-    index = OverrideIndex(partial(load_project_overrides, db_config, vault))
+    index = OverrideIndex(
+        unavailable_on_outage(
+            partial(load_project_overrides, db_config, vault),
+            "the database is unreachable and this project's override keys are not cached "
+            "on this server; retry shortly",
+        )
+    )
     return OverrideSync(index, bus)

@@ -23,14 +23,23 @@ on a miss and appended after the profiles. Project custom LLMs (``custom:<name>`
 ``invalidate_project`` (locally and from their own sync events) like settings do.
 Extra entries are shown only: ``resolve``, ``is_enabled_for`` and the default pick
 profiles alone (a ``custom:<name>`` call is served from the custom LLM directory).
+
+Database down: the safety nets (``ProfileSync.load_all``, the custom LLM sync's
+reload) only mark entries stale (``mark_all_stale``); a stale entry whose re-read
+fails is served as it is and read again after ``STALE_RETRY_SECONDS``. A project
+dropped by a change or never read raises the loader's error (a 503
+``database_unavailable`` in the app).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from uuid import UUID
+
+import structlog
 
 from app.domain.profiles.schemas import LlmCatalog, LlmOut
 from app.lib.errors import BadRequestError, NotFoundError
@@ -40,6 +49,9 @@ from app.routing.profiles import Profile, ProfileTable
 # Entries kept at most; past that the oldest is dropped (and re-read when next asked).
 DEFAULT_MAX_PROJECTS = 10_000
 REQUESTED_PARAM = "modelProfileId"
+# After a failed re-read, stale entries are served this long before the next attempt.
+STALE_RETRY_SECONDS = 5.0
+logger = structlog.get_logger()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,8 @@ class CatalogEntry:
     enabled_ids: frozenset[str]
     extra: tuple[LlmOut, ...] = ()
     """The extra source's entries, kept to rebuild without reading them again."""
+    generation: int = 0
+    """The catalog's generation when the read started (older: stale)."""
 
 
 class ProfileCatalog:
@@ -84,6 +98,10 @@ class ProfileCatalog:
         self._table = table
         self._loader = loader
         self._clock = clock
+        # Entries read before the last ``mark_all_stale`` are stale.
+        self._generation = 0
+        # Until then (monotonic) stale entries are served without a re-read.
+        self._stale_served_until = float("-inf")
         # One database read per project at a time, shared by concurrent misses; a read
         # that started before an invalidation is not cached.
         self._entries: KeyedCache[UUID, CatalogEntry] = KeyedCache(
@@ -149,9 +167,15 @@ class ProfileCatalog:
         self._entries.invalidate(project_id)
 
     def invalidate_all(self) -> None:
-        """Every project's settings may have changed (a profile was deleted, events
-        may have been lost)."""
+        """Every project's settings changed (a profile was deleted)."""
         self._entries.invalidate_all()
+
+    def mark_all_stale(self) -> None:
+        """Events may have been lost (a resubscription, the periodic safety net): read
+        each project again on its next request, but keep what is held to serve while
+        the database cannot be read."""
+        self._generation += 1
+        self._entries.invalidate_all(keep_entries=True)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -159,18 +183,42 @@ class ProfileCatalog:
     # ---------------------------------------------------------------- internals
 
     async def _entry(self, project_id: UUID) -> CatalogEntry:
-        entry = await self._entries.get(project_id)
+        entry = await self._current(project_id)
         if entry.table_version != self._table.version:
             # Profiles changed since: rebuild from the cached settings (no database).
-            fresh = self._build(project_id, entry.settings, entry.extra)
+            fresh = replace(
+                self._build(project_id, entry.settings, entry.extra), generation=entry.generation
+            )
             self._entries.replace(project_id, entry, fresh)
             entry = fresh
         return entry
 
+    async def _current(self, project_id: UUID) -> CatalogEntry:
+        entry = self._entries.peek(project_id)
+        if entry is not None and (
+            entry.generation == self._generation or time.monotonic() < self._stale_served_until
+        ):
+            return entry
+        try:
+            return await self._entries.load(project_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if entry is None:
+                raise
+            self._stale_served_until = time.monotonic() + STALE_RETRY_SECONDS
+            logger.warning(
+                "project model settings could not be re-read; serving the cached ones",
+                project_id=str(project_id),
+                error=repr(exc),
+            )
+            return entry
+
     async def _read(self, project_id: UUID) -> CatalogEntry:
+        generation = self._generation
         settings = await self._loader(project_id)
         extra = tuple(await self._extra(project_id)) if self._extra is not None else ()
-        return self._build(project_id, settings, extra)
+        return replace(self._build(project_id, settings, extra), generation=generation)
 
     def _build(
         self, project_id: UUID, settings: ProjectModels, extra: tuple[LlmOut, ...] = ()

@@ -25,6 +25,7 @@ from uuid import UUID, uuid4
 import structlog
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 
+from app.db.outage import is_database_outage, unavailable_on_outage
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.services import load_profile, load_profiles, load_project_models
 from app.lib.events.base import Event, EventBus
@@ -60,13 +61,26 @@ class ProfileSync:
     # ------------------------------------------------------------------ loading
 
     async def load_all(self) -> None:
-        """Make the table match the database and forget every project's cached
-        settings (start-up, resubscription, periodic safety net)."""
+        """Make the table match the database and have every project's cached
+        settings re-read (start-up, resubscription, periodic safety net); they stay
+        readable meanwhile, to ride out a database outage."""
         async with self._lock:
             profiles = await load_profiles(self._db_config)
             self._table.replace_all(profiles)
-            self.catalog.invalidate_all()
+            self.catalog.mark_all_stale()
         logger.debug("model profiles loaded", profiles=len(profiles))
+
+    async def _reload_subscribed(self) -> None:
+        """``load_all`` after a (re)subscription. With the database down, events are
+        followed anyway (the table keeps what it holds, project entries go stale)
+        and the periodic reload catches up once it is back."""
+        try:
+            await self.load_all()
+        except Exception as exc:
+            if not is_database_outage(exc):
+                raise
+            self.catalog.mark_all_stale()
+            logger.warning("model profiles not reloaded: database unreachable")
 
     async def reload_profile(self, profile_id: str) -> None:
         async with self._lock:
@@ -118,7 +132,9 @@ class ProfileSync:
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """Follow other replicas' changes until cancelled (``app.lib.events.follow``)."""
-        await follow(self._bus, CHANNEL, reload=self.load_all, apply=self.apply, ready=ready)
+        await follow(
+            self._bus, CHANNEL, reload=self._reload_subscribed, apply=self.apply, ready=ready
+        )
 
 
 def build_profile_sync(
@@ -126,5 +142,12 @@ def build_profile_sync(
 ) -> ProfileSync:
     """The catalog over ``table`` (settings read from ``db_config`` on a miss) and the
     sync that keeps both current; the catalog is ``sync.catalog``."""
-    catalog = ProfileCatalog(table, partial(load_project_models, db_config))
+    catalog = ProfileCatalog(
+        table,
+        unavailable_on_outage(
+            partial(load_project_models, db_config),
+            "the database is unreachable and this project's model settings are not cached "
+            "on this server; retry shortly",
+        ),
+    )
     return ProfileSync(table=table, catalog=catalog, bus=bus, db_config=db_config)
