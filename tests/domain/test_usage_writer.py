@@ -13,21 +13,24 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from litestar.testing import AsyncTestClient
-from sqlalchemy import delete, func, insert, select, text
+import structlog
+from prometheus_client import CollectorRegistry
+from sqlalchemy import delete, insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from app.db.config import install_sqlite_pragmas
-from app.db.models import Project, UsageRecord, User
-from app.domain.quotas.usage import UsageEntry, UsageWriter
+from app.db.models import Project, User
+from app.domain.quotas.usage import UsageWriter
+from app.domain.quotas.usage_recorder import UsageMetrics
 from app.lib.settings import Settings
 from tests.api.auth_support import fresh_database
-from tests.api.support import eventually, resources_of
+from tests.api.live_server import live_server
+from tests.api.support import eventually
 from tests.conftest import AppFactory, with_settings
-
-FIELDS = [c.name for c in UsageRecord.__table__.columns if c.name != "sa_orm_sentinel"]
+from tests.domain.usage_support import FIELDS, count_of, entry, rename_usage_table, rows_of
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -51,46 +54,6 @@ async def fresh_engine(
         install_sqlite_pragmas(engine)
         yield engine
         await engine.dispose()
-
-
-def entry(tag: str, n: int = 0, **fields: Any) -> UsageEntry:
-    """An entry marked with ``tag`` (in conversation_id) so a test finds only its rows."""
-    values: dict[str, Any] = {
-        "model_requested": f"model-{n}",
-        "endpoint": "chat",
-        "status": 200,
-        "conversation_id": tag,
-        "prompt_tokens": n,
-        "completion_tokens": 2 * n,
-        "total_tokens": 3 * n,
-    }
-    values.update(fields)
-    return UsageEntry(**values)
-
-
-async def rows_of(engine: AsyncEngine, tag: str) -> list[dict[str, Any]]:
-    async with engine.connect() as connection:
-        result = await connection.execute(
-            select(UsageRecord.__table__).where(UsageRecord.conversation_id == tag)
-        )
-        return [dict(row._mapping) for row in result]
-
-
-async def count_of(engine: AsyncEngine, tag: str) -> int:
-    async with engine.connect() as connection:
-        return int(
-            await connection.scalar(
-                select(func.count())
-                .select_from(UsageRecord)
-                .where(UsageRecord.conversation_id == tag)
-            )
-            or 0
-        )
-
-
-async def rename_usage_table(engine: AsyncEngine, old: str, new: str) -> None:
-    async with engine.begin() as connection:
-        await connection.execute(text(f"ALTER TABLE {old} RENAME TO {new}"))
 
 
 async def test_every_recorded_entry_becomes_one_row_with_exact_values(engine: AsyncEngine):
@@ -305,6 +268,52 @@ async def test_over_long_strings_are_cut_to_the_column_not_refused(engine: Async
     assert row["error_code"] == "e" * 64
 
 
+async def test_nul_characters_and_huge_counts_are_made_to_fit_not_refused(engine: AsyncEngine):
+    """PostgreSQL refuses NUL in text and INTEGER past 2**31: either would fail the
+    batch on every retry (a client chooses the model name, an upstream the counts)."""
+    tag = uuid.uuid4().hex
+    writer = UsageWriter(engine)
+    writer.record(entry(tag, 1, model_requested="gpt\x00-4", prompt_tokens=2**40))
+    writer.record(entry(tag, 2, total_tokens=-(2**40), ttft_ms=None))
+    assert await writer.flush() == 2
+    by_n = {row["completion_tokens"] // 2: row for row in await rows_of(engine, tag)}
+    assert by_n[1]["model_requested"] == "gpt-4"
+    assert by_n[1]["prompt_tokens"] == 2**31 - 1
+    assert by_n[2]["total_tokens"] == -(2**31)
+    assert by_n[2]["ttft_ms"] is None
+
+
+@pytest.mark.parametrize("engine", ["postgres"], indirect=True)
+async def test_a_row_the_database_refuses_is_dropped_alone_not_blocking_the_rest(
+    engine: AsyncEngine,
+) -> None:
+    """A cost past NUMERIC(18, 6) is refused by PostgreSQL (SQLite stores anything):
+    the batch is written row by row, the refused row is counted and logged, and every
+    other row, in this batch and after it, is written."""
+    tag = uuid.uuid4().hex
+    writer = UsageWriter(engine)
+    writer.record(entry(tag, 1))
+    writer.record(entry(tag, 2, cost=1e15))
+    writer.record(entry(tag, 3))
+    with structlog.testing.capture_logs() as logs:
+        assert await writer.flush() == 2
+    assert sorted(row["completion_tokens"] // 2 for row in await rows_of(engine, tag)) == [1, 3]
+    assert writer.rejected == 1
+    assert writer.pending == 0
+    assert [e["event"] for e in logs] == ["usage record refused by the database and dropped"]
+    writer.record(entry(tag, 4))
+    assert await writer.flush() == 1
+    # The stream's drain takes the same path.
+    await writer.write([entry(tag, 5, cost=1e15), entry(tag, 6)])
+    assert sorted(row["completion_tokens"] // 2 for row in await rows_of(engine, tag)) == [
+        1,
+        3,
+        4,
+        6,
+    ]
+    assert writer.rejected == 2
+
+
 def test_invalid_sizes_are_refused():
     engine = create_async_engine("sqlite+aiosqlite://")
     with pytest.raises(ValueError, match="max_batch"):
@@ -323,11 +332,18 @@ async def test_a_graceful_stop_of_the_app_writes_what_is_buffered(
     # The interval is never reached: only the shutdown flush can write these.
     settings = with_settings(settings, usage_flush_seconds=3600.0)
     tag = uuid.uuid4().hex
-    async with AsyncTestClient(app=make_app(settings)) as client:
-        writer = resources_of(client).usage_writer
+    app = make_app(settings)
+    # In the test's own loop (AsyncTestClient serves from a thread of its own): the
+    # recorder's Redis connections belong to the app's loop.
+    async with live_server(app):
+        recorder = app.state.resources.usage_writer
         for n in range(3):
-            writer.record(entry(tag, n))
-        assert writer.pending == 3
+            await recorder.record(entry(tag, n))
+        if kind == "postgres":  # with Redis: in the write-ahead stream, not in memory
+            assert recorder.wal is not None
+            assert (recorder.wal.appended, recorder.pending) == (3, 0)
+        else:
+            assert (recorder.wal, recorder.pending) == (None, 3)
     engine = create_async_engine(settings.database_url)
     try:
         assert await count_of(engine, tag) == 3
@@ -368,3 +384,102 @@ async def test_while_the_database_refuses_traffic_does_not_trigger_retries(
     await rename_usage_table(fresh_engine, "usage_records_away", "usage_records")
     assert await writer.flush() == 20
     assert await count_of(fresh_engine, tag) == 20
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_drops_are_logged_at_most_once_per_interval_with_the_count_since():
+    clock = FakeClock()
+    # No event loop runs here, so no flush is attempted: only the bound acts.
+    writer = UsageWriter(
+        create_async_engine("sqlite+aiosqlite://"),
+        max_batch=2,
+        max_buffered=3,
+        log_interval=60.0,
+        clock=clock,
+    )
+    with structlog.testing.capture_logs() as logs:
+        for n in range(3):
+            writer.record(entry("t", n))
+        assert logs == []  # at the bound, nothing dropped yet
+        writer.record(entry("t", 3))  # the first drop is reported at once
+        for n in range(4, 10):
+            writer.record(entry("t", n))  # six more within the interval: held back
+        clock.now += 59.0
+        writer.record(entry("t", 10))
+        clock.now += 1.0
+        writer.record(entry("t", 11))  # the interval is over: one line for all since
+    drops = [line for line in logs if "dropped" in line["event"]]
+    assert [(line["log_level"], line["dropped"], line["dropped_total"]) for line in drops] == [
+        ("warning", 1, 1),
+        ("warning", 8, 9),
+    ]
+    assert drops[0]["max_buffered"] == 3
+    assert writer.dropped == 9
+    assert writer.pending == 3
+
+
+async def test_drops_not_yet_logged_are_logged_at_close(fresh_engine: AsyncEngine):
+    clock = FakeClock()
+    writer = UsageWriter(
+        fresh_engine, max_batch=1, max_buffered=1, flush_interval=3600, clock=clock
+    )
+    await rename_usage_table(fresh_engine, "usage_records", "usage_records_away")
+    with structlog.testing.capture_logs() as logs:
+        writer.record(entry("t", 0))
+        writer.record(entry("t", 1))  # reported at once
+        writer.record(entry("t", 2))
+        writer.record(entry("t", 3))  # both held back by the interval
+        await writer.close()
+    drops = [line["dropped"] for line in logs if "dropped" in line["event"]]
+    assert drops == [1, 2]
+
+
+async def test_the_metrics_follow_the_buffer_the_writes_and_the_drops(fresh_engine: AsyncEngine):
+    registry = CollectorRegistry(auto_describe=True)
+    writer = UsageWriter(fresh_engine, max_batch=2, max_buffered=3, flush_interval=3600)
+    registry.register(UsageMetrics(writer, None))
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    tag = uuid.uuid4().hex
+    await rename_usage_table(fresh_engine, "usage_records", "usage_records_away")
+    for n in range(5):
+        writer.record(entry(tag, n))
+    assert sample("arona_usage_buffered") == 3
+    assert sample("arona_usage_dropped_total", reason="buffer_full") == 2
+    assert sample("arona_usage_written_total") == 0
+    # Without a write-ahead stream its metrics are absent, its drop reasons zero.
+    assert sample("arona_usage_dropped_total", reason="wal_trimmed") == 0
+    assert sample("arona_usage_wal_appended_total") is None
+
+    await rename_usage_table(fresh_engine, "usage_records_away", "usage_records")
+    await writer.close()
+    assert sample("arona_usage_buffered") == 0
+    assert sample("arona_usage_written_total") == 3
+    assert await count_of(fresh_engine, tag) == 3
+
+
+async def test_the_app_serves_the_usage_metrics(
+    sqlite_settings: Settings, make_app: AppFactory
+) -> None:
+    settings = with_settings(sqlite_settings, usage_flush_seconds=3600.0)
+    app = make_app(settings)
+    async with live_server(app) as url, httpx.AsyncClient(base_url=url) as client:
+        recorder = app.state.resources.usage_writer
+        for n in range(4):
+            await recorder.record(entry(uuid.uuid4().hex, n))
+        text = (await client.get("/metrics")).text
+        assert "arona_usage_buffered 4.0" in text
+        assert 'arona_usage_dropped_total{reason="buffer_full"} 0.0' in text
+        assert await recorder.flush() == 4
+        text = (await client.get("/metrics")).text
+        assert "arona_usage_buffered 0.0" in text
+        assert "arona_usage_written_total 4.0" in text

@@ -15,7 +15,7 @@ import structlog
 from app.domain.accounts.principals import ApiKeyPrincipal, Principal, UserPrincipal
 from app.domain.gateway.admission import Admission, CallAdmission
 from app.domain.gateway.parsing import Endpoint, GatewayRequest, ListedModelOut
-from app.domain.quotas.usage import UsageEntry, UsageWriter
+from app.domain.quotas.usage import UsageEntry, UsageSink
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError, PermissionDeniedError
 from app.lib.sse import DONE, error_frame
@@ -24,6 +24,18 @@ from app.routing.types import RouteHints, Usage
 
 logger = structlog.get_logger()
 CLIENT_CLOSED_STATUS = 499
+
+
+def done_frame_at(chunk: bytes) -> int:
+    """Where the line ``data: [DONE]`` starts in ``chunk`` (relayed chunks end at line
+    ends), or -1; ``[DONE]`` inside a content string is not at a line start."""
+    at = chunk.find(b"[DONE]")
+    while at >= 0:
+        start = chunk.rfind(b"\n", 0, at) + 1
+        if chunk[start:at].rstrip() == b"data:":
+            return start
+        at = chunk.find(b"[DONE]", at + 6)
+    return -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +85,7 @@ class Metered:
 
 
 class GatewayService:
-    def __init__(
-        self, routing: RoutingService, usage: UsageWriter, admission: CallAdmission
-    ) -> None:
+    def __init__(self, routing: RoutingService, usage: UsageSink, admission: CallAdmission) -> None:
         self.routing = routing
         self.usage = usage
         self.admission = admission
@@ -118,11 +128,12 @@ class GatewayService:
             outcome = await call(admission.model, request.body, hints, target=admission.target)
         except AronaError as exc:
             metered.status, metered.error_code = exc.status_code, exc.code
-            self._record(metered)
+            await self._record(metered)
             raise
         metered.backend, metered.served_model = outcome.backend, outcome.served_model
         metered.usage = outcome.usage
-        self._record(metered)
+        # Before the answer goes out: a completed call is never only in memory.
+        await self._record(metered)
         return outcome
 
     async def open_stream(
@@ -142,36 +153,65 @@ class GatewayService:
             )
         except AronaError as exc:
             metered.status, metered.error_code = exc.status_code, exc.code
-            self._record(metered)
+            await self._record(metered)
             raise
         return self._relay(relay, metered)
 
     async def _relay(self, relay: RelayedStream, metered: Metered) -> AsyncGenerator[bytes, None]:
+        """Relays the upstream's frames but holds its ``[DONE]`` back until the call is
+        recorded, so a client that saw the end of its stream was metered."""
         finished = False
-        try:
-            async for chunk in relay:
-                yield chunk
-            finished = True
-        except AronaError as exc:
-            # Headers are gone already: the failure travels in the stream itself.
-            metered.status, metered.error_code = exc.status_code, exc.code
-            finished = True
-            yield error_frame(exc.body())
-            yield DONE
-        finally:
-            await relay.aclose()
-            if not finished:
-                metered.status, metered.error_code = CLIENT_CLOSED_STATUS, "client_closed"
-            metered.backend, metered.served_model = relay.backend or None, relay.served_model
-            metered.usage = relay.usage
-            if relay.first_byte_at is not None:
-                metered.ttft_ms = int((relay.first_byte_at - metered.started) * 1000)
-            self._record(metered)
+        settled = False
 
-    def _record(self, metered: Metered) -> None:
+        async def settle() -> None:
+            nonlocal settled
+            if settled:
+                return
+            settled = True
+            try:
+                await relay.aclose()
+            finally:
+                if not finished:
+                    metered.status, metered.error_code = CLIENT_CLOSED_STATUS, "client_closed"
+                metered.backend = relay.backend or None
+                metered.served_model = relay.served_model
+                metered.usage = relay.usage
+                if relay.first_byte_at is not None:
+                    metered.ttft_ms = int((relay.first_byte_at - metered.started) * 1000)
+                await self._record(metered)
+
+        try:
+            held = b""
+            try:
+                async for chunk in relay:
+                    if held:
+                        held += chunk  # after [DONE]: normally nothing but the body's end
+                        continue
+                    cut = done_frame_at(chunk)
+                    if cut < 0:
+                        yield chunk
+                        continue
+                    if cut:
+                        yield chunk[:cut]
+                    held = chunk[cut:]
+                finished = True
+            except AronaError as exc:
+                # Headers are gone already: the failure travels in the stream itself.
+                metered.status, metered.error_code = exc.status_code, exc.code
+                finished = True
+                await settle()
+                yield error_frame(exc.body()) + DONE
+                return
+            await settle()
+            if held:
+                yield held
+        finally:
+            await settle()
+
+    async def _record(self, metered: Metered) -> None:
         usage = metered.usage or Usage()
         try:
-            self.usage.record(
+            await self.usage.record(
                 UsageEntry(
                     project_id=metered.caller.project_id,
                     api_key_id=metered.caller.api_key_id,

@@ -3,20 +3,31 @@
 ``UsageWriter.record`` only appends to an in-memory buffer; rows reach the database
 in batches (every ``flush_interval`` seconds, as soon as ``max_batch`` are waiting,
 and once more at shutdown). A failed batch stays buffered and is retried by the next
-flush; the buffer is bounded, and what falls off it is counted and logged.
+flush; the buffer is bounded, and what falls off it is counted (``dropped``, the
+``arona_usage_dropped_total`` metric) and logged as a warning at most once per
+``log_interval`` seconds with the number dropped since the last line.
+
+With Redis configured the request path records through the write-ahead stream of
+``usage_wal`` instead, and this buffer only takes what Redis could not (see
+``usage_recorder``). The request path sees either through ``UsageSink``.
 
 Each entry carries its row id from the moment it is recorded, and the INSERT skips
 ids that already exist: a batch whose commit was cut off (connection lost after the
-server committed) can be retried without writing anything twice.
+server committed) can be retried without writing anything twice. A batch refused for
+a row's content (a constraint, a value out of range) is written row by row and only
+the refused rows are dropped (``rejected``, reason ``refused``, logged): one bad row
+must not hold up every row behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import math
+import time
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 from uuid import UUID
 
 import asyncpg
@@ -24,10 +35,11 @@ import msgspec
 import structlog
 from sqlalchemy import Insert, Table, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import Project, UsageRecord
+from app.db.outage import is_database_outage
 from app.lib.clock import utcnow
 from app.lib.ids import uuid7
 
@@ -36,6 +48,17 @@ logger = structlog.get_logger()
 DEFAULT_MAX_BATCH = 500
 DEFAULT_FLUSH_SECONDS = 1.0
 DEFAULT_MAX_BUFFERED = 100_000
+DEFAULT_DROP_LOG_SECONDS = 60.0
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT32_FIELDS = (
+    "status",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "latency_ms",
+    "ttft_ms",
+)
+"""The INTEGER columns of ``usage_records``."""
 # Bound parameters per statement stay below what PostgreSQL (32767) and SQLite
 # (32766 since 3.32) accept, whatever max_batch is configured.
 _MAX_PARAMETERS = 30_000
@@ -75,6 +98,14 @@ class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
     id: UUID = msgspec.field(default_factory=uuid7)
 
 
+class UsageSink(Protocol):
+    """What the request path meters through (``resources.usage_writer``)."""
+
+    async def record(self, entry: UsageEntry) -> None:
+        """Keep ``entry`` for the database; never raises. When it returns with Redis
+        configured and reachable, the entry is in the write-ahead stream."""
+
+
 def _string_limits(table: Table) -> dict[str, int]:
     limits: dict[str, int] = {}
     for column in table.columns:
@@ -92,6 +123,8 @@ class UsageWriter:
         max_batch: int = DEFAULT_MAX_BATCH,
         flush_interval: float = DEFAULT_FLUSH_SECONDS,
         max_buffered: int = DEFAULT_MAX_BUFFERED,
+        log_interval: float = DEFAULT_DROP_LOG_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -111,7 +144,13 @@ class UsageWriter:
         self.dropped = 0
         """Entries discarded because the buffer was full (the database kept failing)."""
         self.written = 0
-        self._dropped_reported = 0
+        self.rejected = 0
+        """Entries the database refused for their content (written one by one)."""
+        """Rows this process inserted (duplicates skipped by the database included)."""
+        self._log_interval = log_interval
+        self._clock = clock
+        self._next_drop_log = -math.inf
+        self._drops_not_logged = 0
         table = UsageRecord.__table__
         assert isinstance(table, Table)
         self._table = table
@@ -134,7 +173,7 @@ class UsageWriter:
             # Keep the newest: the oldest rows are the ones the database already
             # refused for longest.
             self._buffer.popleft()
-            self.dropped += 1
+            self._count_drops(1)
         self._buffer.append(entry)
         # While the database refuses, retries wait for the interval instead of
         # following the traffic (a failed flush per request would hammer it).
@@ -176,34 +215,89 @@ class UsageWriter:
                 count = min(self._chunk, len(self._buffer))
                 batch = [self._buffer.popleft() for _ in range(count)]
                 try:
-                    await self._write(batch)
+                    written = await self._write_salvaging(batch)
                 except BaseException:
                     # Cancellation included: shutdown cancels a periodic flush
-                    # mid-write, then flushes once more.
+                    # mid-write, then flushes once more. (Rows already written are
+                    # skipped on the retry: the INSERT ignores known ids.)
                     self._requeue(batch)
                     raise
-                total += count
-                self.written += count
+                total += written
+                self.written += written
             if self._failing:
                 logger.info("usage flush recovered", written_total=self.written)
                 self._failing = False
             return total
+
+    async def write(self, batch: Sequence[UsageEntry]) -> None:
+        """Insert ``batch`` now, bypassing the buffer (the write-ahead stream's drain).
+        Rows the database refuses for their content are dropped and counted
+        (``rejected``); any other failure raises, the rest of the batch unwritten."""
+        for start in range(0, len(batch), self._chunk):
+            chunk = batch[start : start + self._chunk]
+            self.written += await self._write_salvaging(chunk)
+
+    async def _write_salvaging(self, batch: Sequence[UsageEntry]) -> int:
+        """``_write``, but a batch the database refuses for its content (not for being
+        unreachable) is written row by row and the rows it refuses alone are dropped
+        (counted and logged): one bad row must not block every row behind it, which
+        through the shared write-ahead stream would stall every replica's metering.
+        Returns the rows written; an outage propagates with nothing dropped."""
+        try:
+            await self._write(batch)
+        except Exception as exc:
+            if is_database_outage(exc) or not _refused(exc):
+                raise
+        else:
+            return len(batch)
+        written = 0
+        for entry in batch:
+            try:
+                await self._write([entry])
+            except Exception as exc:
+                if is_database_outage(exc) or not _refused(exc):
+                    raise
+                self.rejected += 1
+                logger.warning(
+                    "usage record refused by the database and dropped",
+                    record_id=str(entry.id),
+                    project_id=str(entry.project_id),
+                    error=repr(exc)[:500],
+                )
+            else:
+                written += 1
+        return written
 
     def _requeue(self, batch: Sequence[UsageEntry]) -> None:
         self._buffer.extendleft(reversed(batch))
         overflow = len(self._buffer) - self.max_buffered
         for _ in range(max(0, overflow)):
             self._buffer.popleft()
-            self.dropped += 1
+        self._count_drops(max(0, overflow))
 
-    def _report_drops(self) -> None:
-        if self.dropped != self._dropped_reported:
-            logger.error(
-                "usage records dropped: the buffer was full",
-                dropped=self.dropped - self._dropped_reported,
-                dropped_total=self.dropped,
-            )
-            self._dropped_reported = self.dropped
+    def _count_drops(self, count: int) -> None:
+        if count <= 0:
+            return
+        self.dropped += count
+        self._drops_not_logged += count
+        self._report_drops()
+
+    def _report_drops(self, *, force: bool = False) -> None:
+        """One warning per ``log_interval`` at most, with the drops since the last one:
+        a database down for an hour must not log a line per request."""
+        if not self._drops_not_logged:
+            return
+        now = self._clock()
+        if now < self._next_drop_log and not force:
+            return
+        self._next_drop_log = now + self._log_interval
+        logger.warning(
+            "usage records dropped: the buffer is full while the database refuses",
+            dropped=self._drops_not_logged,
+            dropped_total=self.dropped,
+            max_buffered=self.max_buffered,
+        )
+        self._drops_not_logged = 0
 
     async def _write(self, batch: Sequence[UsageEntry]) -> None:
         rows = [self._row(entry) for entry in batch]
@@ -272,11 +366,21 @@ class UsageWriter:
 
     def _row(self, entry: UsageEntry) -> dict[str, Any]:
         row = msgspec.structs.asdict(entry)
-        # An over-long model name must not make its whole batch fail forever.
+        # A value no column accepts would make its whole batch fail on every retry
+        # (and, through the write-ahead stream, stall every replica's writes): an
+        # over-long or NUL-carrying name from a client, a token count past INTEGER
+        # from an upstream. Each is made to fit instead.
         for name, limit in self._limits.items():
             value = row.get(name)
-            if isinstance(value, str) and len(value) > limit:
-                row[name] = value[:limit]
+            if isinstance(value, str):
+                if "\x00" in value:
+                    value = row[name] = value.replace("\x00", "")
+                if len(value) > limit:
+                    row[name] = value[:limit]
+        for name in _INT32_FIELDS:
+            value = row[name]
+            if value is not None and not _INT32_MIN <= value <= _INT32_MAX:
+                row[name] = max(_INT32_MIN, min(_INT32_MAX, value))
         return row
 
     async def run(self) -> None:
@@ -298,3 +402,14 @@ class UsageWriter:
                 lost=self.pending,
                 error=repr(exc),
             )
+        self._report_drops(force=True)
+
+
+def _refused(exc: BaseException) -> bool:
+    """The database refused the row's content: a constraint or a value it cannot store
+    (SQLSTATE classes 23 and 22). Anything else (a missing table, permissions, an
+    outage) is the database's state, not the row's: the rows wait for it to change."""
+    if isinstance(exc, IntegrityError | DataError):
+        return True
+    orig = getattr(exc, "orig", None)
+    return isinstance(orig, asyncpg.DataError | asyncpg.IntegrityConstraintViolationError)

@@ -31,7 +31,7 @@ from app.domain.conversations.selection import choose_profile
 from app.domain.custom_llms.directory import parse_llm_id
 from app.domain.gateway.admission import CallAdmission
 from app.domain.profiles.catalog import ProfileCatalog
-from app.domain.quotas.usage import UsageEntry, UsageWriter
+from app.domain.quotas.usage import UsageEntry, UsageSink
 from app.domain.runtime.conversation_store import ChatHistory, ConversationStore
 from app.domain.runtime.prepared import (
     ChatReply,
@@ -67,7 +67,7 @@ class RuntimeChatService:
         catalog: ProfileCatalog,
         failover: FailoverPolicy,
         conversations: ConversationStore,
-        usage: UsageWriter,
+        usage: UsageSink,
         admission: CallAdmission,
     ) -> None:
         self._admission = admission
@@ -207,7 +207,7 @@ class RuntimeChatService:
             )
         except AronaError as exc:
             outcome.status, outcome.error_code = exc.status_code, exc.code
-            self._meter(prepared, outcome)
+            await self._meter(prepared, outcome)
             raise
         outcome.backend, outcome.served_model = result.backend, result.served_model
         outcome.usage = result.usage
@@ -227,7 +227,7 @@ class RuntimeChatService:
                 usage=result.usage,
             )
         finally:
-            self._meter(prepared, outcome)
+            await self._meter(prepared, outcome)
         return ChatReply(headers=self._headers(prepared, result.backend), body=result.content)
 
     async def _open_stream(self, prepared: PreparedChat) -> ChatReply:
@@ -242,7 +242,7 @@ class RuntimeChatService:
             )
         except AronaError as exc:
             outcome.status, outcome.error_code = exc.status_code, exc.code
-            self._meter(prepared, outcome)
+            await self._meter(prepared, outcome)
             raise
         try:
             # Stored once an upstream took the call: a refused call leaves no orphan
@@ -253,7 +253,7 @@ class RuntimeChatService:
         except BaseException:
             await relay.aclose()
             outcome.status, outcome.error_code = 500, "conversation_store_failed"
-            self._meter(prepared, outcome)
+            await self._meter(prepared, outcome)
             raise
         return ChatReply(
             headers=self._headers(prepared, relay.backend),
@@ -265,7 +265,35 @@ class RuntimeChatService:
     ) -> AsyncGenerator[bytes, None]:
         transcript = Transcript()
         finished = False
+        settled = False
         pin_reason: str | None = None
+
+        async def settle() -> None:
+            """Close, pin and meter once: before the last frames go out, so a runtime
+            that saw ``[DONE]`` was metered (from ``finally`` when it left)."""
+            nonlocal settled
+            if settled:
+                return
+            settled = True
+            if not finished:
+                outcome.status, outcome.error_code = CLIENT_CLOSED_STATUS, "client_closed"
+            try:
+                await relay.aclose()
+                if not finished:
+                    await self._after_drop(prepared, relay, PIN_CLIENT_DISCONNECTED)
+            finally:
+                outcome.backend, outcome.served_model = relay.backend or None, relay.served_model
+                outcome.usage = transcript.upstream_usage or relay.usage
+                if relay.first_byte_at is not None:
+                    outcome.ttft_ms = int((relay.first_byte_at - prepared.started) * 1000)
+                    # The profile is judged on its upstreams alone (retries included),
+                    # not on the database work that came before.
+                    self._failover.record(
+                        prepared.profile.id,
+                        (relay.first_byte_at - outcome.upstream_started) * 1000,
+                    )
+                await self._meter(prepared, outcome)
+
         try:
             try:
                 async for chunk in relay:
@@ -281,8 +309,8 @@ class RuntimeChatService:
                 body = exc.body()
                 if message:
                     body["error"]["message"] = f"{body['error']['message']} ({message})"
-                yield error_frame(body)
-                yield DONE
+                await settle()
+                yield error_frame(body) + DONE
                 return
             usage = transcript.upstream_usage or relay.usage
             await self._conversations.append_assistant(
@@ -294,23 +322,10 @@ class RuntimeChatService:
                 usage=usage,
             )
             finished = True
+            await settle()
             yield transcript.closing_frames(usage, relay.served_model)
         finally:
-            await relay.aclose()
-            if not finished:
-                outcome.status, outcome.error_code = CLIENT_CLOSED_STATUS, "client_closed"
-                await self._after_drop(prepared, relay, PIN_CLIENT_DISCONNECTED)
-            outcome.backend, outcome.served_model = relay.backend or None, relay.served_model
-            outcome.usage = transcript.upstream_usage or relay.usage
-            if relay.first_byte_at is not None:
-                outcome.ttft_ms = int((relay.first_byte_at - prepared.started) * 1000)
-                # The profile is judged on its upstreams alone (retries included),
-                # not on the database work that came before.
-                self._failover.record(
-                    prepared.profile.id,
-                    (relay.first_byte_at - outcome.upstream_started) * 1000,
-                )
-            self._meter(prepared, outcome)
+            await settle()
 
     async def _after_drop(self, prepared: PreparedChat, relay: RelayedStream, reason: str) -> str:
         """Pin the conversation to the profile's fallback after a dropped stream."""
@@ -338,9 +353,9 @@ class RuntimeChatService:
         )
         return f"conversation pinned to profile {fallback}"
 
-    def _meter(self, prepared: PreparedChat, outcome: Outcome) -> None:
+    async def _meter(self, prepared: PreparedChat, outcome: Outcome) -> None:
         try:
-            self._usage.record(
+            await self._usage.record(
                 UsageEntry(
                     project_id=prepared.project_id,
                     model_requested=prepared.requested_profile,
