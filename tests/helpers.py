@@ -1,8 +1,10 @@
-"""Small helpers for API tests: unique users, login, auth headers."""
+"""Small helpers for API tests: unique users, login, auth headers, waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from litestar.testing import AsyncTestClient
@@ -68,3 +70,13 @@ def assert_error(response: Any, status: int, code: str | None = None) -> dict[st
     if code is not None:
         assert error["code"] == code, error
     return error
+
+
+async def until(condition: Callable[[], bool], within: float = 2.0, step: float = 0.005) -> None:
+    """Wait until ``condition()`` holds (something another task or process changes);
+    ``TimeoutError`` past ``within`` seconds."""
+    async with asyncio.timeout(within):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(step)

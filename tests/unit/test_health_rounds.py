@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,6 +12,7 @@ from app.lib.events.memory import MemoryEventBus
 from app.lib.state.memory import MemoryStateStore
 from app.routing.health import HEALTH_CHANNEL, PROBES_CHANNEL, HealthChecker
 from app.routing.types import HealthStatus
+from tests.helpers import until
 from tests.unit.routing_fakes import RoutingRig
 
 
@@ -34,12 +35,6 @@ async def following(*checkers: HealthChecker) -> AsyncIterator[None]:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(2):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 @pytest.fixture
@@ -92,20 +87,21 @@ async def test_only_the_prober_announces_a_health_change(
     replicas: list[tuple[RoutingRig, HealthChecker]],
 ) -> None:
     (rig_a, a), _, _ = replicas
-    async with following(*(c for _, c in replicas)):
-        async with rig_a.events.subscribe(HEALTH_CHANNEL) as changes:
-            assert await a.run_round(1)
-            first = await anext(changes)
-            assert first["status"] == "healthy"
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.1):
-                    await anext(changes)
+    async with (
+        following(*(c for _, c in replicas)),
+        rig_a.events.subscribe(HEALTH_CHANNEL) as changes,
+    ):
+        assert await a.run_round(1)
+        first = await anext(changes)
+        assert first["status"] == "healthy"
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(changes), 0.1)
 
 
 async def test_a_replica_that_dies_is_replaced_by_the_next_round(
     replicas: list[tuple[RoutingRig, HealthChecker]],
 ) -> None:
-    (rig_a, a), (rig_b, b), _ = replicas
+    (_, a), (rig_b, b), _ = replicas
     assert await a.run_round(1)
     # A is gone: nothing renews anything, the next round is simply claimed by B.
     assert await b.run_round(2)

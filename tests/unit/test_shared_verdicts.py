@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
@@ -16,6 +16,7 @@ from app.routing.errors import NoHealthyBackendError, UpstreamError
 from app.routing.registry import BackendState
 from app.routing.shared_verdicts import VERDICT_CHANNEL, SharedVerdicts
 from app.routing.types import RawBody, RouteHints
+from tests.helpers import until
 from tests.unit.routing_fakes import RoutingRig
 
 BODY = msgspec.json.decode(b'{"messages":[{"role":"user","content":"hi"}]}', type=RawBody)
@@ -52,12 +53,6 @@ async def following(*replicas: Replica) -> AsyncIterator[None]:
         await asyncio.gather(*tasks, return_exceptions=True)
         for replica in replicas:
             await replica.verdicts.close()
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(2):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 @pytest.fixture
