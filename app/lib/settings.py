@@ -52,13 +52,29 @@ class Settings:
     login_max_attempts: int = 10
     login_window_seconds: int = 300
     db_pool_size: int = 10
+    db_connect_timeout_seconds: float = 5.0
+    """How long opening a PostgreSQL connection may take before the request fails
+    (503 ``database_unavailable``) instead of hanging on an unreachable database."""
+    db_pool_timeout_seconds: float = 10.0
+    """How long a request waits for a free pooled connection before the same 503."""
     negative_key_cache_ttl_seconds: float = 5.0
     last_used_flush_seconds: float = 10.0
     health_interval_seconds: float = 60.0
     usage_flush_seconds: float = 1.0
+    usage_wal: bool = True
+    """With Redis: append usage to a Redis stream before answering (no loss when a
+    replica is killed) instead of only buffering it in memory."""
+    usage_wal_max_entries: int = 1_000_000
+    """The stream is trimmed to about this many entries (a long database outage)."""
     breaker_failure_threshold: int = 3
     breaker_open_seconds: float = 30.0
     backend_cooldown_seconds: float = 30.0
+    upstream_connect_timeout_seconds: float = 10.0
+    """Getting a connection to an upstream (``app.lib.http.CONNECT_TIMEOUT_SECONDS``)."""
+    upstream_read_timeout_seconds: float = 120.0
+    """Silence allowed between two reads of an upstream's answer, the wait for its
+    headers included (``app.lib.http.READ_TIMEOUT_SECONDS``): how long a hung upstream
+    holds a call before it counts as a failure."""
     vllm_backends_file: Path | None = None
     """None: seed from ``config/vllm-backends.json`` when that file exists."""
     failover_window_seconds: float = 30.0
@@ -209,12 +225,24 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         values["login_window_seconds"] = _parse_int("ARONA_LOGIN_WINDOW", v, minimum=1)
     if (v := get("ARONA_DB_POOL_SIZE")) is not None:
         values["db_pool_size"] = _parse_int("ARONA_DB_POOL_SIZE", v, minimum=1)
+    if (v := get("ARONA_DB_CONNECT_TIMEOUT_SECONDS")) is not None:
+        values["db_connect_timeout_seconds"] = _parse_positive_float(
+            "ARONA_DB_CONNECT_TIMEOUT_SECONDS", v
+        )
+    if (v := get("ARONA_DB_POOL_TIMEOUT_SECONDS")) is not None:
+        values["db_pool_timeout_seconds"] = _parse_positive_float(
+            "ARONA_DB_POOL_TIMEOUT_SECONDS", v
+        )
     if (v := get("ARONA_HEALTH_INTERVAL_SECONDS")) is not None:
         values["health_interval_seconds"] = _parse_positive_float(
             "ARONA_HEALTH_INTERVAL_SECONDS", v
         )
     if (v := get("ARONA_USAGE_FLUSH_SECONDS")) is not None:
         values["usage_flush_seconds"] = _parse_positive_float("ARONA_USAGE_FLUSH_SECONDS", v)
+    if (v := get("ARONA_USAGE_WAL")) is not None:
+        values["usage_wal"] = _parse_bool("ARONA_USAGE_WAL", v)
+    if (v := get("ARONA_USAGE_WAL_MAX_ENTRIES")) is not None:
+        values["usage_wal_max_entries"] = _parse_int("ARONA_USAGE_WAL_MAX_ENTRIES", v, minimum=1000)
     if (v := get("ARONA_BREAKER_FAILURE_THRESHOLD")) is not None:
         values["breaker_failure_threshold"] = _parse_int(
             "ARONA_BREAKER_FAILURE_THRESHOLD", v, minimum=1
@@ -224,6 +252,14 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
     if (v := get("ARONA_BACKEND_COOLDOWN_SECONDS")) is not None:
         values["backend_cooldown_seconds"] = _parse_positive_float(
             "ARONA_BACKEND_COOLDOWN_SECONDS", v
+        )
+    if (v := get("ARONA_UPSTREAM_CONNECT_TIMEOUT_SECONDS")) is not None:
+        values["upstream_connect_timeout_seconds"] = _parse_positive_float(
+            "ARONA_UPSTREAM_CONNECT_TIMEOUT_SECONDS", v
+        )
+    if (v := get("ARONA_UPSTREAM_READ_TIMEOUT_SECONDS")) is not None:
+        values["upstream_read_timeout_seconds"] = _parse_positive_float(
+            "ARONA_UPSTREAM_READ_TIMEOUT_SECONDS", v
         )
     if (v := get("ARONA_VLLM_BACKENDS_FILE")) is not None:
         values["vllm_backends_file"] = Path(v)

@@ -12,10 +12,10 @@ import structlog
 from litestar import Litestar
 
 from app.db.migrate import ensure_migrated
-from app.domain.accounts.credential_services import RuntimeTokenService
 from app.domain.backends.failover import FailoverControl
 from app.domain.backends.seeding import seed_vllm_backends
 from app.lib.tasks import every, supervise
+from app.server.redis_outage import outage_watcher, restore_revocations
 from app.server.resources import Resources
 
 logger = structlog.get_logger()
@@ -29,15 +29,8 @@ PROFILE_RELOAD_SECONDS = 60.0
 FAILOVER_REFRESH_SECONDS = 1.0
 # The same safety net under the custom_llms.changed and secrets.changed events.
 CUSTOM_LLM_RELOAD_SECONDS = 60.0
-# The same safety net under the overrides.changed events (drops every cached project).
+# The same safety net under the overrides.changed events (marks every project stale).
 OVERRIDE_RELOAD_SECONDS = 60.0
-
-
-async def _restore_revocations(resources: Resources) -> None:
-    """The in-memory store forgets revocations on restart; the database does not."""
-    async with RuntimeTokenService.new(config=resources.db_config) as service:
-        for row in await service.revoked_unexpired():
-            await resources.revocations.revoke(str(row.id), row.expires_at.timestamp())
 
 
 async def _flush_last_used(resources: Resources) -> None:
@@ -60,7 +53,8 @@ def build_lifespan(
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await ensure_migrated(resources.db_config.get_engine())
-        await _restore_revocations(resources)
+        # The in-memory store forgets revocations on restart; the database does not.
+        await restore_revocations(resources)
         settings = resources.settings
         # config/vllm-backends.json (or ARONA_VLLM_BACKENDS_FILE) into the database,
         # before the load below picks the rows up; a bad file stops start-up.
@@ -68,6 +62,8 @@ def build_lifespan(
         # Watch before loading, so every restored backend is probed at once; until
         # its first probe it is not routed to (fail-closed).
         resources.health_checker.watch()
+        # Breakers opened and cooldowns started elsewhere apply to backends as they load.
+        resources.shared_verdicts.watch()
         await resources.routing_sync.load_all()
         await resources.routing_sync.announce_backends(seeded.changed)
         # Model profiles into the routing table before serving (the catalog reads
@@ -122,7 +118,7 @@ def build_lifespan(
                     lambda: every(PROFILE_RELOAD_SECONDS, resources.profile_sync.load_all),
                 )
             ),
-            # Subscribes (custom LLM and secret changes), then drops every cached project.
+            # Subscribes (custom LLM and secret changes), then marks every project stale.
             asyncio.create_task(supervise("custom-llm-sync", resources.custom_llms.sync.run)),
             asyncio.create_task(
                 supervise(
@@ -130,7 +126,7 @@ def build_lifespan(
                     lambda: every(CUSTOM_LLM_RELOAD_SECONDS, resources.custom_llms.sync.reload),
                 )
             ),
-            # Subscribes, then drops every cached project's override keys.
+            # Subscribes, then marks every project's cached override keys stale.
             asyncio.create_task(supervise("override-sync", resources.override_sync.run)),
             asyncio.create_task(
                 supervise(
@@ -142,6 +138,16 @@ def build_lifespan(
             # after a minute: the safety net under lost quotas.config events).
             asyncio.create_task(supervise("quota-sync", resources.quota_sync.run)),
             asyncio.create_task(supervise("health-checker", resources.health_checker.run)),
+            # Redis down: seed local state; Redis back: re-sync every cache.
+            *(
+                [asyncio.create_task(supervise("state-store-outage", watcher))]
+                if (watcher := outage_watcher(resources)) is not None
+                else []
+            ),
+            # Applies the probe rounds other replicas claimed (models discovered included).
+            asyncio.create_task(supervise("health-follow", resources.health_checker.follow)),
+            # Subscribes, then re-reads the stored verdicts of every backend.
+            asyncio.create_task(supervise("backend-verdicts", resources.shared_verdicts.run)),
             asyncio.create_task(supervise("failover-switch", resources.failover_control.run)),
             # Samples age out with time, not with requests: a profile nobody is sent
             # to must still be seen recovering.
@@ -181,6 +187,7 @@ def build_lifespan(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await resources.health_checker.close()
+            await resources.shared_verdicts.close()
             # Before the engine goes: the jobs this replica held are due elsewhere at once.
             await resources.video_poller.close()
             # Before the engine is disposed below: nothing metered is lost on a

@@ -6,6 +6,9 @@ so tests can run several apps side by side.
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -32,7 +35,7 @@ from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.sync import ProfileSync, build_profile_sync
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_loader
-from app.domain.quotas.usage import UsageWriter
+from app.domain.quotas.usage_recorder import UsageRecorder, build_usage_recorder
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.conversation_store import ConversationStore
 from app.domain.video.facade import VideoJobs
@@ -48,6 +51,7 @@ from app.lib.passwords import PasswordHasher
 from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
 from app.lib.state.base import StateStore
+from app.lib.state.fallback import FallbackStateStore
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
 from app.lib.tokens import TokenService
@@ -65,6 +69,7 @@ from app.routing.profiles import Profile, ProfileTable
 from app.routing.registry import BackendRegistry
 from app.routing.router import Router
 from app.routing.service import RoutingService
+from app.routing.shared_verdicts import SharedVerdicts
 from app.routing.types import BackendSpec
 from app.routing.vllm_metrics import VllmMetricsCache
 from app.server.metrics import HttpMetrics
@@ -99,8 +104,12 @@ class Resources:
     """BYO override keys from memory (``match``); see ``app.domain.overrides.index``."""
     override_sync: OverrideSync
     health_checker: HealthChecker
+    shared_verdicts: SharedVerdicts
+    """Breaker/cooldown transitions shared with the other replicas."""
     routing_sync: RoutingConfigSync
-    usage_writer: UsageWriter
+    usage_writer: UsageRecorder
+    """``await usage_writer.record(entry)``: the Redis write-ahead stream when Redis is
+    configured, the in-memory buffer otherwise; see ``app.domain.quotas.usage_recorder``."""
     quota_gate: QuotaGate
     """``await quota_gate.check(project_id)`` before an upstream call; see its module."""
     quota_sync: QuotaSync
@@ -118,6 +127,8 @@ class Resources:
     video_poller: VideoPoller
     """Drives the jobs (run in the lifespan, ``close`` at shutdown)."""
     video_prices: VideoPrices
+    instance_id: str
+    """This process among the replicas (probe rounds, shared verdicts)."""
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
     owns_password_hasher: bool = True
 
@@ -170,11 +181,15 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     # in SQLite unless every connection turns them on.
     install_sqlite_pragmas(db_config.get_engine())
     redis: Redis | None = None
+    metrics = HttpMetrics()
     state_store: StateStore
     event_bus: EventBus
     if settings.redis_url:
         redis = build_redis(settings.redis_url)
-        state_store = RedisStateStore(redis, prefix=settings.redis_prefix)
+        # Redis down: pins, verdicts and sessions go on per replica (see fallback.py).
+        state_store = FallbackStateStore(
+            RedisStateStore(redis, prefix=settings.redis_prefix), registry=metrics.registry
+        )
         event_bus = RedisEventBus(redis, prefix=f"{settings.redis_prefix}events:")
     else:
         state_store = MemoryStateStore()
@@ -189,7 +204,10 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     )
     last_used = LastUsedRecorder(db_config.get_engine())
     vault = Vault(settings.vault_keys)
-    http_client = build_http_client()
+    http_client = build_http_client(
+        connect_timeout=settings.upstream_connect_timeout_seconds,
+        read_timeout=settings.upstream_read_timeout_seconds,
+    )
     registry = BackendRegistry(
         factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)
     )
@@ -203,8 +221,10 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         cooldown_seconds=settings.backend_cooldown_seconds,
     )
     routing = RoutingService(registry, router)
-    usage_writer = UsageWriter(db_config.get_engine(), flush_interval=settings.usage_flush_seconds)
-    metrics = HttpMetrics()
+    instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    usage_writer = build_usage_recorder(
+        settings, db_config.get_engine(), redis, registry=metrics.registry
+    )
     quota_sync = QuotaSync(QuotaLimitsCache(db_limits_loader(db_config)), event_bus)
     quota_gate = QuotaGate(state_store, quota_sync.cache, registry=metrics.registry)
     profiles = ProfileTable()
@@ -278,8 +298,16 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         override_index=override_sync.index,
         override_sync=override_sync,
         health_checker=HealthChecker(
-            registry, event_bus, interval=settings.health_interval_seconds
+            registry,
+            event_bus,
+            interval=settings.health_interval_seconds,
+            store=state_store,
+            instance=instance_id,
         ),
+        shared_verdicts=SharedVerdicts(
+            registry, router, state_store, event_bus, instance=instance_id
+        ),
+        instance_id=instance_id,
         routing_sync=routing_sync,
         agents=build_agents(
             settings, db_config=db_config, bus=event_bus, vault=vault, routing_sync=routing_sync
