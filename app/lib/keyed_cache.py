@@ -24,12 +24,19 @@ Framework-free; meant for one event loop (no locking). Values must not be ``None
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from functools import partial
 from typing import Generic, TypeVar
 
+import structlog
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+STALE_RETRY_SECONDS = 5.0
+
+logger = structlog.get_logger()
 
 
 class KeyedCache(Generic[K, V]):
@@ -178,3 +185,50 @@ class KeyedCache(Generic[K, V]):
             self._drop(next(iter(self._entries)))
         self._entries[key] = value
         self._weight += weight
+
+
+class StaleWhileFailing(Generic[K, V]):
+    """Serve a cached entry its owner marked out of date while it cannot be re-read.
+
+    The per-project caches mark entries stale (``invalidate_all(keep_entries=True)``)
+    when invalidation events may have been lost; the next call re-reads. If that read
+    fails (the database is down) the stale entry is served and no re-read is tried
+    for ``retry_seconds`` (one attempt per period, not one per request); an entry
+    never read raises the loader's error. ``what`` names the values in the warning.
+    """
+
+    __slots__ = ("_cache", "_clock", "_retry_seconds", "_until", "_what")
+
+    def __init__(
+        self,
+        cache: KeyedCache[K, V],
+        what: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        retry_seconds: float = STALE_RETRY_SECONDS,
+    ) -> None:
+        self._cache = cache
+        self._what = what
+        self._clock = clock
+        self._retry_seconds = retry_seconds
+        self._until = float("-inf")
+
+    async def current(self, key: K, fresh: Callable[[V], bool]) -> V:
+        """The entry for ``key``: cached when ``fresh(entry)``, else read again."""
+        entry = self._cache.peek(key)
+        if entry is not None and (fresh(entry) or self._clock() < self._until):
+            return entry
+        try:
+            return await self._cache.load(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if entry is None:
+                raise
+            self._until = self._clock() + self._retry_seconds
+            logger.warning(
+                f"{self._what} could not be re-read; serving the cached ones",
+                key=str(key),
+                error=repr(exc),
+            )
+            return entry

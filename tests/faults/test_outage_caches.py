@@ -32,8 +32,9 @@ from app.db.outage import DatabaseUnavailableError, is_database_outage, unavaila
 from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex
 from app.domain.custom_llms.directory import CustomLlmDirectory
 from app.domain.custom_llms.stored import StoredLlm
-from app.domain.overrides.index import STALE_RETRY_SECONDS, LoadedOverride, OverrideIndex
+from app.domain.overrides.index import LoadedOverride, OverrideIndex
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
+from app.lib.keyed_cache import STALE_RETRY_SECONDS
 from app.routing.profiles import Profile, ProfileTable
 from tests.cluster.support import free_port
 from tests.conftest import base_settings

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.lib.keyed_cache import KeyedCache
+from app.lib.keyed_cache import KeyedCache, StaleWhileFailing
 
 
 class Source:
@@ -274,3 +274,35 @@ def test_bounds_must_be_positive() -> None:
         KeyedCache(source, max_entries=0)
     with pytest.raises(ValueError, match="at least 1"):
         KeyedCache(source, weight=len, max_weight=0)
+
+
+async def test_stale_while_failing_serves_the_old_entry_and_retries_after_a_pause() -> None:
+    now = [0.0]
+    fail = [False]
+    reads: list[str] = []
+
+    async def load(key: str) -> str:
+        reads.append(key)
+        if fail[0]:
+            raise ConnectionError("database down")
+        return f"{key}@{len(reads)}"
+
+    cache: KeyedCache[str, str] = KeyedCache(load)
+    stale = StaleWhileFailing(cache, "things", clock=lambda: now[0], retry_seconds=5.0)
+    fresh = [True]
+
+    def is_fresh(_: str) -> bool:
+        return fresh[0]
+
+    assert await stale.current("a", is_fresh) == "a@1"
+    assert await stale.current("a", is_fresh) == "a@1"  # fresh: no read
+    fresh[0], fail[0] = False, True
+    assert await stale.current("a", is_fresh) == "a@1"  # the read failed: served stale
+    assert await stale.current("a", is_fresh) == "a@1"  # within the pause: no read
+    assert len(reads) == 2
+    now[0] = 5.1
+    fail[0] = False
+    assert await stale.current("a", is_fresh) == "a@3"
+    fail[0] = True
+    with pytest.raises(ConnectionError):  # never read: nothing to fall back on
+        await stale.current("b", is_fresh)

@@ -50,7 +50,6 @@ dropped by a change or never read raises the loader's error (a 503
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,13 +60,11 @@ import structlog
 from app.domain.custom_llms.services import LLM_ID_PREFIX, llm_id
 from app.domain.custom_llms.stored import StoredLlm
 from app.domain.custom_llms.templates import context_window_tokens
-from app.lib.keyed_cache import KeyedCache
+from app.lib.keyed_cache import KeyedCache, StaleWhileFailing
 from app.routing.backends.openai import auth_headers
 from app.routing.types import AuthScheme, BackendSpec
 
 DEFAULT_MAX_PROJECTS = 10_000
-# After a failed re-read, stale entries are served this long before the next attempt.
-STALE_RETRY_SECONDS = 5.0
 logger = structlog.get_logger()
 
 ProjectLoader = Callable[[UUID], Awaitable[Sequence[StoredLlm]]]
@@ -193,11 +190,10 @@ class CustomLlmDirectory:
         self._clock = clock
         # Entries read before the last ``mark_all_stale`` are stale.
         self._generation = 0
-        # Until then stale entries are served without a re-read (one just failed).
-        self._stale_served_until = float("-inf")
         # One database read per project at a time, shared by concurrent misses; a read
         # that started before an invalidation is not cached.
         self._entries: KeyedCache[UUID, _Project] = KeyedCache(self._read, max_entries=max_projects)
+        self._stale = StaleWhileFailing(self._entries, "custom LLMs", clock=self._clock)
 
     # ------------------------------------------------------------------ reading
 
@@ -237,25 +233,10 @@ class CustomLlmDirectory:
     # ---------------------------------------------------------------- internals
 
     async def _current(self, project_id: UUID) -> _Project:
-        entry = self._entries.peek(project_id)
-        if entry is not None and (
-            entry.generation == self._generation or self._clock() < self._stale_served_until
-        ):
-            return entry
-        try:
-            return await self._entries.load(project_id)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if entry is None:
-                raise
-            self._stale_served_until = self._clock() + STALE_RETRY_SECONDS
-            logger.warning(
-                "custom LLMs could not be re-read; serving the cached ones",
-                project_id=str(project_id),
-                error=repr(exc),
-            )
-            return entry
+        return await self._stale.current(project_id, self._is_fresh)
+
+    def _is_fresh(self, entry: _Project) -> bool:
+        return entry.generation == self._generation
 
     async def _read(self, project_id: UUID) -> _Project:
         generation = self._generation

@@ -56,7 +56,6 @@ This module has no database or framework code: the loader is handed in
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -65,7 +64,7 @@ from uuid import UUID
 
 import structlog
 
-from app.lib.keyed_cache import KeyedCache
+from app.lib.keyed_cache import KeyedCache, StaleWhileFailing
 
 logger = structlog.get_logger()
 
@@ -73,8 +72,6 @@ logger = structlog.get_logger()
 DEFAULT_MAX_PROJECTS = 10_000
 # Overrides kept at most over all projects (a project with none counts as one).
 DEFAULT_MAX_OVERRIDES = 100_000
-# After a failed re-read, stale entries are served this long before the next attempt.
-STALE_RETRY_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +152,6 @@ class OverrideIndex:
         self._clock = clock
         # Entries read before the last ``mark_all_stale`` are stale.
         self._generation = 0
-        # Until then stale entries are served without a re-read (one just failed).
-        self._stale_served_until = float("-inf")
         # One database read per project at a time, shared by concurrent misses; a read
         # that started before an invalidation is not cached. Oldest first; a project
         # heavier than the whole budget is still kept alone.
@@ -166,6 +161,7 @@ class OverrideIndex:
             weight=_weight,
             max_weight=max_overrides,
         )
+        self._stale = StaleWhileFailing(self._entries, "override keys", clock=self._clock)
 
     # ------------------------------------------------------------------ reading
 
@@ -219,25 +215,10 @@ class OverrideIndex:
     # ---------------------------------------------------------------- internals
 
     async def _current(self, project_id: UUID) -> _Entry:
-        entry = self._entries.peek(project_id)
-        if entry is not None and (
-            entry.generation == self._generation or self._clock() < self._stale_served_until
-        ):
-            return entry
-        try:
-            return await self._entries.load(project_id)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if entry is None:
-                raise
-            self._stale_served_until = self._clock() + STALE_RETRY_SECONDS
-            logger.warning(
-                "override keys could not be re-read; serving the cached ones",
-                project_id=str(project_id),
-                error=repr(exc),
-            )
-            return entry
+        return await self._stale.current(project_id, self._is_fresh)
+
+    def _is_fresh(self, entry: _Entry) -> bool:
+        return entry.generation == self._generation
 
     async def _read(self, project_id: UUID) -> _Entry:
         generation = self._generation

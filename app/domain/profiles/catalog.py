@@ -33,7 +33,6 @@ dropped by a change or never read raises the loader's error (a 503
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -43,14 +42,12 @@ import structlog
 
 from app.domain.profiles.schemas import LlmCatalog, LlmOut
 from app.lib.errors import BadRequestError, NotFoundError
-from app.lib.keyed_cache import KeyedCache
+from app.lib.keyed_cache import KeyedCache, StaleWhileFailing
 from app.routing.profiles import Profile, ProfileTable
 
 # Entries kept at most; past that the oldest is dropped (and re-read when next asked).
 DEFAULT_MAX_PROJECTS = 10_000
 REQUESTED_PARAM = "modelProfileId"
-# After a failed re-read, stale entries are served this long before the next attempt.
-STALE_RETRY_SECONDS = 5.0
 logger = structlog.get_logger()
 
 
@@ -101,11 +98,13 @@ class ProfileCatalog:
         # Entries read before the last ``mark_all_stale`` are stale.
         self._generation = 0
         # Until then (monotonic) stale entries are served without a re-read.
-        self._stale_served_until = float("-inf")
         # One database read per project at a time, shared by concurrent misses; a read
         # that started before an invalidation is not cached.
         self._entries: KeyedCache[UUID, CatalogEntry] = KeyedCache(
             self._read, max_entries=max_projects
+        )
+        self._stale = StaleWhileFailing(
+            self._entries, "project model settings", clock=time.monotonic
         )
         self._extra: ExtraSource | None = None
 
@@ -194,25 +193,10 @@ class ProfileCatalog:
         return entry
 
     async def _current(self, project_id: UUID) -> CatalogEntry:
-        entry = self._entries.peek(project_id)
-        if entry is not None and (
-            entry.generation == self._generation or time.monotonic() < self._stale_served_until
-        ):
-            return entry
-        try:
-            return await self._entries.load(project_id)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if entry is None:
-                raise
-            self._stale_served_until = time.monotonic() + STALE_RETRY_SECONDS
-            logger.warning(
-                "project model settings could not be re-read; serving the cached ones",
-                project_id=str(project_id),
-                error=repr(exc),
-            )
-            return entry
+        return await self._stale.current(project_id, self._is_fresh)
+
+    def _is_fresh(self, entry: CatalogEntry) -> bool:
+        return entry.generation == self._generation
 
     async def _read(self, project_id: UUID) -> CatalogEntry:
         generation = self._generation
