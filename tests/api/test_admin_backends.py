@@ -80,7 +80,12 @@ async def test_register_an_external_backend_and_watch_it_turn_healthy(
     assert body["has_api_key"] is True
     assert body["models"] == ["my-static-model"]
     assert body["tags"] == []
-    assert body["breaker"] == {"state": "closed", "consecutive_failures": 0}
+    assert body["breaker"] == {
+        "state": "closed",
+        "consecutive_failures": 0,
+        "open_seconds_left": 0.0,
+        "cooling_seconds_left": 0.0,
+    }
     assert body["in_flight"] == 0
     assert ISO_UTC.match(body["created_at"])
     assert ISO_UTC.match(body["updated_at"])
