@@ -19,8 +19,8 @@ looks: on ``route``, ``record``, ``refresh`` (the caller runs it periodically, s
 profile without traffic recovers too), ``statuses`` and a toggle of ``enabled``.
 The status target is judged without any one project's view (``has_backend`` at most),
 so it does not flap between callers; ``route`` decides each request with the caller's
-own ``available``. Statuses are per replica until latency samples move to the
-shared ``StateStore``.
+own ``available``. Samples travel between replicas (``SharedLatency``), so every
+replica reaches the same status from the same evidence.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ class FailoverPolicy:
         self._has_backend = has_backend or _always
         self._enabled = True
         self._marks: dict[str, _Mark] = {}
+        self._sample_listeners: list[Callable[[str, float], None]] = []
 
     @property
     def enabled(self) -> bool:
@@ -119,10 +120,23 @@ class FailoverPolicy:
             return FailoverDecision(profile)
         return FailoverDecision(target, redirected_from=profile.id)
 
+    def on_sample(self, listener: Callable[[str, float], None]) -> None:
+        """Call ``listener(profile_id, ttft_ms)`` for every sample recorded here
+        (``SharedLatency`` sends them to the other replicas)."""
+        self._sample_listeners.append(listener)
+
     def record(self, profile_id: str, ttft_ms: float) -> None:
         """Record a TTFT under the profile that actually served the request."""
         self._tracker.record(profile_id, ttft_ms)
+        for listener in self._sample_listeners:
+            listener(profile_id, ttft_ms)
         # Not just this profile: it may be a link whose slowness moves others' targets.
+        self.refresh()
+
+    def record_elsewhere(self, samples: list[tuple[str, float, float]]) -> None:
+        """Add ``(profile_id, ttft_ms, age_seconds)`` samples another replica recorded."""
+        for profile_id, ttft_ms, age in samples:
+            self._tracker.record_aged(profile_id, ttft_ms, age)
         self.refresh()
 
     def refresh(self) -> None:

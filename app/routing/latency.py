@@ -5,8 +5,9 @@ not the mean, so one pathological request does not flip a profile to slow. Below
 ``min_samples`` the answer is None (not enough evidence either way). Each profile keeps
 at most ``max_samples`` (the newest), so memory stays bounded under any traffic.
 
-Samples are per replica for now; the shared ``StateStore`` step moves them there so
-every replica judges a profile by the same evidence.
+Each replica records what it serves; ``SharedLatency`` adds the samples the other
+replicas recorded (``record_aged``), so every replica judges a profile by the same
+evidence.
 """
 
 from __future__ import annotations
@@ -46,6 +47,29 @@ class LatencyTracker:
             series = _Series(deque(maxlen=self.max_samples))
             self._series[profile_id] = series
         series.samples.append((self.clock(), ttft_ms))
+        series.valid_until = None
+
+    def record_aged(self, profile_id: str, ttft_ms: float, age_seconds: float) -> None:
+        """Record a sample taken ``age_seconds`` ago (on another replica); one already
+        outside the window is ignored. Kept in time order, so pruning stays exact."""
+        if age_seconds >= self.window_seconds:
+            return
+        series = self._series.get(profile_id)
+        if series is None:
+            series = _Series(deque(maxlen=self.max_samples))
+            self._series[profile_id] = series
+        at = self.clock() - max(0.0, age_seconds)
+        samples = series.samples
+        position = len(samples)
+        # Samples from elsewhere are at most a second or so old: found near the end.
+        while position > 0 and samples[position - 1][0] > at:
+            position -= 1
+        if len(samples) == samples.maxlen:
+            if position == 0:
+                return  # older than everything a full series keeps
+            samples.popleft()
+            position -= 1
+        samples.insert(position, (at, ttft_ms))
         series.valid_until = None
 
     def typical(self, profile_id: str) -> float | None:

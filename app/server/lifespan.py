@@ -149,6 +149,11 @@ def build_lifespan(
             # Subscribes, then re-reads the stored verdicts of every backend.
             asyncio.create_task(supervise("backend-verdicts", resources.shared_verdicts.run)),
             asyncio.create_task(supervise("failover-switch", resources.failover_control.run)),
+            # Latency samples to and from the other replicas: one failover verdict.
+            asyncio.create_task(
+                supervise("latency-publish", resources.shared_latency.run_publisher)
+            ),
+            asyncio.create_task(supervise("latency-follow", resources.shared_latency.follow)),
             # Samples age out with time, not with requests: a profile nobody is sent
             # to must still be seen recovering.
             asyncio.create_task(

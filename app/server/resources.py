@@ -69,6 +69,7 @@ from app.routing.profiles import Profile, ProfileTable
 from app.routing.registry import BackendRegistry
 from app.routing.router import Router
 from app.routing.service import RoutingService
+from app.routing.shared_latency import SharedLatency
 from app.routing.shared_verdicts import SharedVerdicts
 from app.routing.types import BackendSpec
 from app.routing.vllm_metrics import VllmMetricsCache
@@ -105,6 +106,8 @@ class Resources:
     override_sync: OverrideSync
     health_checker: HealthChecker
     shared_verdicts: SharedVerdicts
+    shared_latency: SharedLatency
+    """Latency samples sent to and taken from the other replicas (latency failover)."""
     """Breaker/cooldown transitions shared with the other replicas."""
     routing_sync: RoutingConfigSync
     usage_writer: UsageRecorder
@@ -256,6 +259,8 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         has_backend=link_has_backend,
     )
     failover_control = FailoverControl(policy=failover_policy, bus=event_bus, db_config=db_config)
+    shared_latency = SharedLatency(failover_policy, event_bus, instance=instance_id)
+    shared_latency.watch()
     routing_sync = RoutingConfigSync(
         registry=registry,
         aliases=aliases,
@@ -307,6 +312,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         shared_verdicts=SharedVerdicts(
             registry, router, state_store, event_bus, instance=instance_id
         ),
+        shared_latency=shared_latency,
         instance_id=instance_id,
         routing_sync=routing_sync,
         agents=build_agents(

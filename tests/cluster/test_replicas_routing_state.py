@@ -21,10 +21,11 @@ from tests.cluster.support import (
     Tenant,
     eventually,
     register_backend,
+    runtime_token,
     unique,
     wait_healthy_everywhere,
 )
-from tests.cluster.test_replicas_pins import backends
+from tests.cluster.test_replicas_pins import backends, conversation, create_profile, turn
 from tests.conftest import REDIS_URL
 
 pytestmark = pytest.mark.cluster
@@ -112,6 +113,51 @@ async def test_a_cooldown_started_on_a_steers_b_away(cluster: Cluster, tenant: T
             await b.chat.completions.create(model=model, messages=MESSAGES)
         assert bad.stats.chats == chats_before
         assert good.stats.chats >= 6
+
+
+async def failover_state(cluster: Cluster, index: int, profile_id: str) -> dict[str, Any]:
+    response = await cluster.http[index].get("/api/admin/failover", headers=ADMIN)
+    assert response.status_code == 200, response.text
+    profiles: list[dict[str, Any]] = response.json()["profiles"]
+    return next(p for p in profiles if p["profileId"] == profile_id)
+
+
+async def test_a_profile_found_slow_on_a_is_redirected_on_b(
+    cluster: Cluster, tenant: Tenant
+) -> None:
+    token = await runtime_token(cluster.a, tenant)
+    slow_model, fast_model = unique("slow-model"), unique("fast-model")
+    async with (
+        backends(cluster, slow_model, 1) as (slow,),
+        backends(cluster, fast_model, 1) as (fast,),
+    ):
+        slow.control.delay_seconds = 0.4  # a time to first token past the threshold
+        fast_profile = await create_profile(cluster, fast_model)
+        slow_profile = await create_profile(
+            cluster, slow_model, slowThresholdMs=200, failoverChain=[fast_profile]
+        )
+        for _ in range(3):  # the failover's minimum samples, all served by A
+            conv = await conversation(cluster.a, token, slow_profile)
+            result = await turn(cluster.a, token, conv)
+            assert result.status == 200, result.events
+        assert (await failover_state(cluster, 0, slow_profile))["state"] == "redirecting"
+        streams_on_slow = slow.stats.streams
+
+        async def redirecting_on_b() -> bool:
+            state = await failover_state(cluster, 1, slow_profile)
+            return bool(state["state"] == "redirecting" and state["samples"] == 3)
+
+        # Samples go out every 0.5 s: B holds A's evidence well within a second after.
+        took = await eventually(redirecting_on_b, 2.0)
+        print(f"A's latency samples reached B's verdict in {took:.2f}s")
+        # B never served the slow profile, yet it sends new conversations elsewhere.
+        conv = await conversation(cluster.b, token, slow_profile)
+        result = await turn(cluster.b, token, conv)
+        assert result.status == 200, result.events
+        assert result.headers["x-arona-profile"] == fast_profile
+        assert result.headers["x-arona-failover"] == f"latency; from={slow_profile}"
+        assert result.headers["x-arona-backend"] == fast.name
+        assert slow.stats.streams == streams_on_slow
 
 
 async def round_owners(redis: Redis) -> dict[int, int]:

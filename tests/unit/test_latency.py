@@ -72,3 +72,29 @@ def test_forget_drops_a_profile() -> None:
     tracker.forget("p")
     assert tracker.typical("p") is None
     assert tracker.count("p") == 0
+
+
+def test_samples_from_elsewhere_count_at_their_age_and_age_out_in_order() -> None:
+    tracker, clock = make(window=30.0, min_samples=3)
+    tracker.record("p", 100)
+    clock.advance(10)
+    tracker.record("p", 300)
+    tracker.record_aged("p", 200, age_seconds=5)  # between the two local samples
+    tracker.record_aged("p", 999, age_seconds=30)  # already outside the window
+    assert tracker.count("p") == 3
+    assert tracker.typical("p") == 200
+    clock.advance(20.5)  # the first sample (t=0) is out; the aged one (t=5) still in
+    assert tracker.count("p") == 2
+    clock.advance(5)  # t=35.5: the aged one (t=5) is out too
+    assert tracker.count("p") == 1
+
+
+def test_a_full_series_drops_its_oldest_for_a_newer_sample_from_elsewhere() -> None:
+    tracker = LatencyTracker(60, 1, FakeClock(), max_samples=3)
+    for ms in (1, 2, 3):
+        tracker.record("p", ms)
+    tracker.record_aged("p", 9, age_seconds=0)
+    assert tracker.count("p") == 3
+    tracker.record_aged("p", 0, age_seconds=50)  # older than all it keeps: ignored
+    assert tracker.count("p") == 3
+    assert tracker.typical("p") == 3  # median of (2, 3, 9)

@@ -1,0 +1,100 @@
+"""Latency samples shared by every replica, so latency failover is one cluster's verdict.
+
+Each replica records the time to first token of what it serves; without sharing, a
+replica that served few of a slow profile's requests would keep sending traffic to it
+while another redirects. Here every sample recorded on a replica is batched and
+published on ``routing.latency`` every ``flush_seconds`` (one event per interval at
+most, and none while idle); the others add it to their own tracker at its true age
+(wall clock: replicas agree on it as far as NTP does), so all judge a profile by the
+same window of evidence.
+
+Samples are hints like every event: one lost in a Redis outage only leaves a replica
+with less evidence for a window's length. A batch carries at most ``max_batch``
+samples per profile (the newest); a tracker keeps fewer than that anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from app.lib.events.base import EventBus
+from app.routing.failover import FailoverPolicy
+
+LATENCY_CHANNEL = "routing.latency"
+DEFAULT_FLUSH_SECONDS = 0.5
+DEFAULT_MAX_BATCH = 256
+
+logger = structlog.get_logger()
+
+
+class SharedLatency:
+    def __init__(
+        self,
+        policy: FailoverPolicy,
+        events: EventBus,
+        *,
+        instance: str,
+        flush_seconds: float = DEFAULT_FLUSH_SECONDS,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._policy = policy
+        self._events = events
+        self.instance = instance
+        self.flush_seconds = flush_seconds
+        self._max_batch = max_batch
+        self._wall_clock = wall_clock
+        self._outbox: dict[str, deque[tuple[float, float]]] = {}
+
+    def watch(self) -> None:
+        self._policy.on_sample(self._recorded)
+
+    def _recorded(self, profile_id: str, ttft_ms: float) -> None:
+        batch = self._outbox.get(profile_id)
+        if batch is None:
+            batch = self._outbox[profile_id] = deque(maxlen=self._max_batch)
+        batch.append((self._wall_clock(), ttft_ms))
+
+    async def publish_pending(self) -> None:
+        """Send what was recorded since the last call (nothing when idle)."""
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, {}
+        samples = {pid: [[at, ms] for at, ms in batch] for pid, batch in outbox.items()}
+        await self._events.publish(LATENCY_CHANNEL, {"origin": self.instance, "samples": samples})
+
+    async def run_publisher(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_seconds)
+            await self.publish_pending()
+
+    async def follow(self) -> None:
+        """Add the samples other replicas publish (run supervised)."""
+        async with self._events.subscribe(LATENCY_CHANNEL) as events:
+            async for event in events:
+                if event.get("origin") != self.instance:
+                    self._apply(event.get("samples"))
+
+    def _apply(self, samples: Any) -> None:
+        if not isinstance(samples, dict):
+            logger.warning("malformed latency samples", samples=samples)
+            return
+        now = self._wall_clock()
+        aged: list[tuple[str, float, float]] = []
+        for profile_id, batch in samples.items():
+            if not isinstance(batch, list):
+                continue
+            for item in batch:
+                try:
+                    at, ms = float(item[0]), float(item[1])
+                except (TypeError, ValueError, IndexError):
+                    continue
+                aged.append((str(profile_id), ms, max(0.0, now - at)))
+        if aged:
+            self._policy.record_elsewhere(aged)
