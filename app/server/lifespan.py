@@ -31,6 +31,7 @@ FAILOVER_REFRESH_SECONDS = 1.0
 CUSTOM_LLM_RELOAD_SECONDS = 60.0
 # The same safety net under the overrides.changed events (marks every project stale).
 OVERRIDE_RELOAD_SECONDS = 60.0
+TASK_STOP_SECONDS = 5.0
 
 
 async def _flush_last_used(resources: Resources) -> None:
@@ -190,7 +191,14 @@ def build_lifespan(
             await resources.agents.hub.close()
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Bounded: a loop that does not end on cancellation must not hold the
+            # shutdown (and the usage flush below) hostage.
+            _finished, stuck = await asyncio.wait(tasks, timeout=TASK_STOP_SECONDS)
+            if stuck:
+                logger.warning(
+                    "background tasks did not stop when cancelled",
+                    tasks=sorted(t.get_name() for t in stuck),
+                )
             await resources.health_checker.close()
             await resources.shared_verdicts.close()
             # Before the engine goes: the jobs this replica held are due elsewhere at once.

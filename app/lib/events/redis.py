@@ -39,6 +39,7 @@ _Message = dict[str, Any]
 
 _SUBSCRIBE_TIMEOUT = 10.0
 _FAILURE_LOG_INTERVAL = 60.0
+_READ_SECONDS = 1.0
 
 
 class _Subscription:
@@ -84,11 +85,20 @@ class _Subscription:
 
 
 async def _next(pubsub: PubSub) -> _Message:
-    # ``timeout=None`` blocks without falling back to the client's socket_timeout.
+    """The next message, waiting as long as it takes, in bounded reads.
+
+    An unbounded blocking read was seen (once, at a shutdown in the test suite) to
+    stay blocked after its task was cancelled: the cancellation was absorbed on the
+    way in and the read went on, so the shutdown waited forever. Each bounded read
+    gives the loop a point to notice a cancellation requested and not yet honoured.
+    """
+    task = asyncio.current_task()
     while True:
-        message: _Message | None = await pubsub.get_message(timeout=None)
+        message: _Message | None = await pubsub.get_message(timeout=_READ_SECONDS)
         if message is not None:
             return message
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
 
 
 def _text(value: bytes | str) -> str:
