@@ -190,13 +190,22 @@ class AgentSession:
             row = await deployments.current(self.agent_id, frame.model_id, ("stopping",))
             if row is None:
                 return self._unknown(frame.model_id)
-            if frame.ok:
-                row = await deployments.save(row, status="stopped", message="stopped")
-            else:
-                error = f"stop failed: {frame.error or 'no reason given'}"
-                status = "running" if row.port is not None else "failed"
-                row = await deployments.save(row, status=status, error=error, message=status)
-        await self._deps.backends.sync(frame.model_id)
+        if frame.ok:
+            # The backend goes first (a stopping deployment no longer serves): whoever
+            # reads "stopped" must not still find the backend routed to.
+            await self._deps.backends.sync(frame.model_id)
+            async with AgentDeploymentService.new(config=self._deps.db_config) as deployments:
+                row = await deployments.save(
+                    await deployments.require(row.id), status="stopped", message="stopped"
+                )
+        else:
+            error = f"stop failed: {frame.error or 'no reason given'}"
+            status = "running" if row.port is not None else "failed"
+            async with AgentDeploymentService.new(config=self._deps.db_config) as deployments:
+                row = await deployments.save(
+                    await deployments.require(row.id), status=status, error=error, message=status
+                )
+            await self._deps.backends.sync(frame.model_id)
         await events.deployment_changed(self._deps.bus, row)
 
     def _unknown(self, model_id: str) -> None:
