@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from litestar.testing import AsyncTestClient
@@ -80,3 +81,17 @@ async def until(condition: Callable[[], bool], within: float = 2.0, step: float 
             if condition():
                 return
             await asyncio.sleep(step)
+
+
+@contextlib.asynccontextmanager
+async def running(*loops: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """Run each loop (a follower, a subscriber) as a task for the block, then cancel it;
+    a moment is left for them to subscribe before the block starts."""
+    tasks = [asyncio.ensure_future(loop()) for loop in loops]
+    await asyncio.sleep(0.01)
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

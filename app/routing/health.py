@@ -92,12 +92,7 @@ class HealthChecker:
     async def _announce(self, state: BackendState, previous: Health, health: Health) -> None:
         if previous.status is not health.status or previous.reason != health.reason:
             if previous.status is not health.status:
-                logger.info(
-                    "backend health changed",
-                    backend=state.name,
-                    status=health.status.value,
-                    reason=health.reason,
-                )
+                _log_change(state, health)
             await self._publish(state, previous, health)
 
     async def probe_all(self) -> None:
@@ -184,13 +179,7 @@ class HealthChecker:
                 # The prober told the dashboards; this replica only logs.
                 previous, health = change
                 if previous.status is not health.status:
-                    logger.info(
-                        "backend health changed",
-                        backend=state.name,
-                        status=health.status.value,
-                        reason=health.reason,
-                        probed_elsewhere=True,
-                    )
+                    _log_change(state, health, probed_elsewhere=True)
 
     async def close(self) -> None:
         for task in list(self._pending):
@@ -216,3 +205,13 @@ class HealthChecker:
 
 def _status(result: ProbeResult) -> HealthStatus:
     return HealthStatus.HEALTHY if result.healthy else HealthStatus.UNHEALTHY
+
+
+def _log_change(state: BackendState, health: Health, **fields: object) -> None:
+    logger.info(
+        "backend health changed",
+        backend=state.name,
+        status=health.status.value,
+        reason=health.reason,
+        **fields,
+    )

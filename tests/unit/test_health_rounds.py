@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,7 +11,7 @@ from app.lib.events.memory import MemoryEventBus
 from app.lib.state.memory import MemoryStateStore
 from app.routing.health import HEALTH_CHANNEL, PROBES_CHANNEL, HealthChecker
 from app.routing.types import HealthStatus
-from tests.helpers import until
+from tests.helpers import running, until
 from tests.unit.routing_fakes import RoutingRig
 
 
@@ -25,16 +24,8 @@ def checker(rig: RoutingRig, name: str, store: MemoryStateStore) -> HealthChecke
     return HealthChecker(rig.registry, rig.events, interval=1.0, store=store, instance=name)
 
 
-@contextlib.asynccontextmanager
-async def following(*checkers: HealthChecker) -> AsyncIterator[None]:
-    tasks = [asyncio.create_task(c.follow()) for c in checkers]
-    await asyncio.sleep(0.01)
-    try:
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def following(*checkers: HealthChecker) -> contextlib.AbstractAsyncContextManager[None]:
+    return running(*(c.follow for c in checkers))
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -13,7 +12,7 @@ from app.routing.failover import FailoverPolicy
 from app.routing.latency import LatencyTracker
 from app.routing.profiles import Profile, ProfileTable
 from app.routing.shared_latency import LATENCY_CHANNEL, SharedLatency
-from tests.helpers import until
+from tests.helpers import running, until
 from tests.unit.routing_fakes import FakeClock
 
 WALL = 1_700_000_000.0
@@ -39,16 +38,8 @@ class Replica:
         return next(s.samples for s in self.policy.statuses() if s.profile_id == "smart")
 
 
-@contextlib.asynccontextmanager
-async def following(*replicas: Replica) -> AsyncIterator[None]:
-    tasks = [asyncio.create_task(r.shared.follow()) for r in replicas]
-    await asyncio.sleep(0.01)
-    try:
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def following(*replicas: Replica) -> contextlib.AbstractAsyncContextManager[None]:
+    return running(*(r.shared.follow for r in replicas))
 
 
 async def test_a_profile_slow_on_one_replica_is_redirected_on_the_other() -> None:

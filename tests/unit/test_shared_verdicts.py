@@ -16,7 +16,7 @@ from app.routing.errors import NoHealthyBackendError, UpstreamError
 from app.routing.registry import BackendState
 from app.routing.shared_verdicts import VERDICT_CHANNEL, SharedVerdicts
 from app.routing.types import RawBody, RouteHints
-from tests.helpers import until
+from tests.helpers import running, until
 from tests.unit.routing_fakes import RoutingRig
 
 BODY = msgspec.json.decode(b'{"messages":[{"role":"user","content":"hi"}]}', type=RawBody)
@@ -43,16 +43,10 @@ class Replica:
 
 @contextlib.asynccontextmanager
 async def following(*replicas: Replica) -> AsyncIterator[None]:
-    tasks = [asyncio.create_task(r.verdicts.run()) for r in replicas]
-    await asyncio.sleep(0.01)  # subscribed
-    try:
+    async with running(*(r.verdicts.run for r in replicas)):
         yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for replica in replicas:
-            await replica.verdicts.close()
+    for replica in replicas:
+        await replica.verdicts.close()
 
 
 @pytest.fixture
