@@ -74,10 +74,7 @@ class PollWatch:
         self._gate.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        task_id = ""
-        if scope["type"] == "http" and scope["path"] == POLL_PATH:
-            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            task_id = query.get("task_id", [""])[0]
+        task_id = polled_task(scope)
         if task_id not in self.app.tasks:  # not a poll of a task (health probes are not)
             await self.app(scope, receive, send)
             return
@@ -227,3 +224,11 @@ async def usage_rows(settings: Settings, key_id: str, model: str) -> list[UsageR
 
 
 __all__ = ["ADMIN", "video_pg_settings", "video_sqlite_settings"]
+
+
+def polled_task(scope: Scope) -> str:
+    """The task id a request to the fake MiniMax polls ("" when it is not a poll)."""
+    if scope["type"] != "http" or scope["path"] != POLL_PATH:
+        return ""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    return str(query.get("task_id", [""])[0])

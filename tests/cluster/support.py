@@ -139,14 +139,17 @@ def replica_env(database_url: str, redis_prefix: str, data_dir: Path) -> dict[st
     return env
 
 
-async def _wait_ready(replica: Replica) -> None:
+async def wait_ready(replica: Replica) -> None:
+    """Until the replica answers ``/readyz`` with ``ready`` (a replica that started
+    while PostgreSQL or Redis is away answers ``degraded``)."""
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     async with httpx.AsyncClient(base_url=replica.url, timeout=2.0) as client:
         while time.monotonic() < deadline:
             if replica.process.poll() is not None:
                 raise RuntimeError(f"{replica.name} exited during start-up:\n{replica.output()}")
             with contextlib.suppress(httpx.TransportError):
-                if (await client.get("/readyz")).status_code == 200:
+                response = await client.get("/readyz")
+                if response.status_code == 200 and response.json()["status"] == "ready":
                     return
             await asyncio.sleep(0.1)
     raise RuntimeError(f"{replica.name} not ready in {READY_TIMEOUT_SECONDS}s:\n{replica.output()}")
@@ -208,7 +211,7 @@ async def running_cluster(
             )
         cluster = Cluster(replicas, database_url, dsn)
         try:
-            await asyncio.gather(*(_wait_ready(r) for r in replicas))
+            await asyncio.gather(*(wait_ready(r) for r in replicas))
             async with contextlib.AsyncExitStack() as stack:
                 for replica in replicas:
                     client = httpx.AsyncClient(

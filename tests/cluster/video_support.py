@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 import asyncpg
 import openai
@@ -30,10 +29,10 @@ from app.fakes.common import Receive, Scope, Send
 from app.fakes.minimax_scripts import FakeTask
 from app.fakes.minimax_upstream import FakeMinimax
 from app.fakes.serve import serve_asgi
+from tests.api.video_support import polled_task
 from tests.cluster.support import Cluster, register_backend, unique, wait_healthy_everywhere
 
 MINIMAX_KEY = "mm-cluster-" + "k" * 24
-POLL_PATH = "/v1/query/video_generation"
 FINAL = ("done", "failed", "cancelled")
 LOOPBACK_HEX = "0100007F"
 """127.0.0.1 as ``/proc/net/tcp`` prints it (little-endian)."""
@@ -127,10 +126,7 @@ class PollLog:
         return owner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        task_id = ""
-        if scope["type"] == "http" and scope["path"] == POLL_PATH:
-            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            task_id = query.get("task_id", [""])[0]
+        task_id = polled_task(scope)
         if task_id not in self.app.tasks:  # not a poll of a task (health probes are not)
             await self.app(scope, receive, send)
             return

@@ -59,6 +59,7 @@ from tests.cluster.support import (
     stop_replica,
     unique,
     wait_healthy_everywhere,
+    wait_ready,
 )
 from tests.faults.pg_fixtures import DATABASE, pg, pg_running
 from tests.faults.pg_instance import PostgresInstance
@@ -120,20 +121,6 @@ async def replicas_on(
         raise
     finally:
         await asyncio.gather(*(asyncio.to_thread(stop_replica, r) for r in started))
-
-
-async def wait_ready(replica: Replica) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    async with httpx.AsyncClient(base_url=replica.url, timeout=5.0) as client:
-        while time.monotonic() < deadline:
-            if replica.process.poll() is not None:
-                raise RuntimeError(f"{replica.name} exited:\n{replica.output()}")
-            with contextlib.suppress(httpx.TransportError):
-                response = await client.get("/readyz")
-                if response.status_code == 200 and response.json()["status"] == "ready":
-                    return
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"{replica.name} not ready:\n{replica.output()}")
 
 
 def sdk(replica: Replica, api_key: str) -> openai.AsyncOpenAI:

@@ -22,13 +22,11 @@ must not hold up every row behind it.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
-from uuid import UUID
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -40,8 +38,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from app.db.models import Project, UsageRecord
 from app.db.outage import is_database_outage
-from app.lib.clock import utcnow
-from app.lib.ids import uuid7
+from app.domain.quotas.usage_entry import UsageEntry, UsageSink
+
+# The entry types live in usage_entry; importing them from here keeps working.
+__all__ = ["UsageEntry", "UsageSink", "UsageWriter"]
 
 logger = structlog.get_logger()
 
@@ -62,48 +62,6 @@ _INT32_FIELDS = (
 # Bound parameters per statement stay below what PostgreSQL (32767) and SQLite
 # (32766 since 3.32) accept, whatever max_batch is configured.
 _MAX_PARAMETERS = 30_000
-
-
-class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One metered call, as it becomes a ``usage_records`` row."""
-
-    model_requested: str
-    endpoint: str
-    """``chat`` or ``embeddings`` (``/v1``), ``runtime_chat`` (the runtime API)."""
-    status: int
-    """The HTTP status sent to the client."""
-    project_id: UUID | None = None
-    api_key_id: UUID | None = None
-    user_id: UUID | None = None
-    model_served: str | None = None
-    backend: str | None = None
-    streamed: bool = False
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    estimated: bool = False
-    error_code: str | None = None
-    latency_ms: int = 0
-    ttft_ms: int | None = None
-    conversation_id: str | None = None
-    model_profile_id: str | None = None
-    """The runtime profile that served the call (None on ``/v1``)."""
-    is_custom: bool = False
-    """Served by the project's own custom LLM (outside the quota)."""
-    is_override_key: bool = False
-    """Sent with the project's BYO override key (outside the quota)."""
-    cost: float | None = None
-    """What the call cost where it is priced (video generations); None when unpriced."""
-    created_at: datetime.datetime = msgspec.field(default_factory=utcnow)
-    id: UUID = msgspec.field(default_factory=uuid7)
-
-
-class UsageSink(Protocol):
-    """What the request path meters through (``resources.usage_writer``)."""
-
-    async def record(self, entry: UsageEntry) -> None:
-        """Keep ``entry`` for the database; never raises. When it returns with Redis
-        configured and reachable, the entry is in the write-ahead stream."""
 
 
 def _string_limits(table: Table) -> dict[str, int]:
