@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
-from litestar import Controller, MediaType, get
+from litestar import Controller, MediaType, Response, get
+from litestar.params import QueryParameter
 from sqlalchemy import text
 
 from app.server.resources import Resources
@@ -41,11 +42,22 @@ def ops_controller(resources: Resources) -> type[Controller]:
             return {"status": "ok"}
 
         @get("/readyz", media_type=MediaType.JSON)
-        async def readyz(self) -> dict[str, Any]:
-            """Always 200 once started: ``ready``, or ``degraded`` while the database or
-            Redis is unreachable. A replica rides such an outage out on its caches and
-            local state, so a load balancer must keep sending it traffic; taking every
-            replica out at once would turn a partial outage into a total one."""
+        async def readyz(
+            self,
+            allow_degraded: Annotated[
+                bool,
+                QueryParameter(
+                    name="allow_degraded",
+                    description="Answer 200 while degraded (for load balancers).",
+                ),
+            ] = False,
+        ) -> Response[dict[str, Any]]:
+            """``ready`` (200) when every configured dependency answers; ``degraded``
+            otherwise, with each check. Plain ``/readyz`` answers a degraded replica
+            with 503, the strict view a monitor wants. A load balancer asks with
+            ``?allow_degraded=true`` and gets 200: the replica rides a database or
+            Redis outage out on its caches and local state, and taking every replica
+            out at once would turn a partial outage into a total one."""
             database, redis = await asyncio.gather(
                 _database_check(resources), _redis_check(resources)
             )
@@ -53,7 +65,8 @@ def ops_controller(resources: Resources) -> type[Controller]:
             healthy = all(v in ("ok", "not configured") for v in checks.values())
             # Usage records waiting for the database (they are written when it returns).
             checks["usage_buffered"] = resources.usage_writer.pending
-            return {"status": "ready" if healthy else "degraded", "checks": checks}
+            body = {"status": "ready" if healthy else "degraded", "checks": checks}
+            return Response(body, status_code=200 if healthy or allow_degraded else 503)
 
         @get("/metrics", media_type="text/plain; version=0.0.4; charset=utf-8")
         async def metrics(self) -> bytes:

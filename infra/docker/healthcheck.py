@@ -1,10 +1,11 @@
 #!/usr/local/bin/python3
 """Container health check: exit 0 when the local Arona answers ``GET <path>`` with 200.
 
-Usage: ``arona-healthcheck [/healthz|/readyz]`` (default ``/healthz``). The image's
-HEALTHCHECK uses ``/healthz`` (liveness); compose uses ``/readyz`` for the replicas so
-the load balancer starts only once they have started (which needs PostgreSQL); later
-outages make ``/readyz`` say ``degraded`` with a 200, since the replica serves on.
+Usage: ``arona-healthcheck [/path]`` (default ``/healthz``). The image's HEALTHCHECK
+uses ``/healthz`` (liveness); compose uses ``/readyz?allow_degraded=true`` for the
+replicas so the load balancer starts only once they have started (which needs
+PostgreSQL); later outages make it say ``degraded`` with a 200, since the replica
+serves on (plain ``/readyz`` would answer 503).
 Standard library only, so the image needs no curl.
 """
 

@@ -85,6 +85,15 @@ async def test_healthz_and_readyz(client):
         "status": "ready",
         "checks": {"database": "ok", "redis": "ok", "usage_buffered": 0},
     }
+    lenient = await client.get("/readyz", params={"allow_degraded": "true"})
+    assert (lenient.status_code, lenient.json()) == (200, ready.json())
+
+
+async def test_readyz_refuses_a_malformed_flag(client):
+    response = await client.get("/readyz", params={"allow_degraded": "perhaps"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["param"] == "allow_degraded"
 
 
 async def test_readyz_without_redis_configured(make_app, sqlite_settings):
@@ -129,13 +138,17 @@ async def test_readyz_reports_degraded_when_redis_goes_away(make_app, pg_setting
             assert (await client.get("/readyz")).status_code == 200
             process.terminate()
             process.wait(timeout=10)
-            response = await client.get("/readyz")
-            # Still 200: the replica keeps serving on local state, so a load balancer
-            # must not take it (and every other replica) out of rotation.
+            strict = await client.get("/readyz")
+            # The strict view (monitors): a configured dependency is unreachable.
+            assert strict.status_code == 503
+            assert strict.json()["status"] == "degraded"
+            assert strict.json()["checks"]["redis"] == "unreachable"
+            assert strict.json()["checks"]["database"] == "ok"
+            # The load balancer's view: still 200, since the replica keeps serving on
+            # local state and must not be taken (with every other replica) out.
+            response = await client.get("/readyz", params={"allow_degraded": "true"})
             assert response.status_code == 200
-            assert response.json()["status"] == "degraded"
-            assert response.json()["checks"]["redis"] == "unreachable"
-            assert response.json()["checks"]["database"] == "ok"
+            assert response.json() == strict.json()
             # Liveness is about the process, not its dependencies.
             assert (await client.get("/healthz")).status_code == 200
     finally:

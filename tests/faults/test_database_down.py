@@ -10,8 +10,9 @@ a crash as clients see it) for a few seconds and started again.
 While it is down:
 
 - the load keeps getting complete 200 answers on both replicas;
-- ``/readyz`` answers 200 ``degraded`` with the database unreachable, and shows the
-  usage records waiting for it;
+- ``/readyz`` says ``degraded`` with the database unreachable (503 plainly, 200 with
+  ``allow_degraded=true``, the load balancer's view), and shows the usage records
+  waiting for it;
 - an admin write and a project write are 503 ``database_unavailable`` in the error
   shape, with ``Retry-After``;
 - an API key no replica has seen is 503 ``database_unavailable``, not 401: the replica
@@ -263,7 +264,8 @@ async def test_the_load_is_served_and_metered_through_a_database_restart(
             stopped_at = time.monotonic()
 
             for http in cluster.http:
-                ready = await http.get("/readyz")
+                assert (await http.get("/readyz")).status_code == 503
+                ready = await http.get("/readyz", params={"allow_degraded": "true"})
                 assert ready.status_code == 200, ready.text
                 assert ready.json()["status"] == "degraded", ready.text
                 assert ready.json()["checks"]["database"].startswith("unreachable"), ready.text

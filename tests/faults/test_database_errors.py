@@ -6,7 +6,8 @@ module's own, which the test stops (``immediate``: a crash as clients see it):
 - writes that need the database (admin and project API, registration) are a 503
   ``database_unavailable`` in the error shape with ``Retry-After``, never a 500;
   console pages show a readable error page, HTMX requests get a toast;
-- ``/readyz`` stays 200 and says ``degraded`` (with the check that failed);
+- ``/readyz`` says ``degraded`` (with the check that failed): 503 plainly, 200 with
+  ``allow_degraded=true`` (the load balancer's view);
 - once the server is back the same writes succeed (the pool recovers by itself).
 
 And the waits are bounded: a database that accepts connections but never answers
@@ -111,9 +112,12 @@ async def test_writes_are_a_clear_503_while_the_database_is_down(
         assert toast["level"] == "error"
         assert "database is unreachable" in toast["message"]
 
-        ready = await http.get("/readyz")
+        strict = await http.get("/readyz")
+        assert strict.status_code == 503
+        ready = await http.get("/readyz", params={"allow_degraded": "true"})
         assert ready.status_code == 200
         body = ready.json()
+        assert strict.json()["status"] == body["status"]
         assert body["status"] == "degraded", body
         assert body["checks"]["database"].startswith("unreachable"), body
         assert body["checks"]["redis"] == "ok"

@@ -203,7 +203,11 @@ def test_migrations_run_once_before_the_replicas(compose: dict[str, Any]) -> Non
             "postgres": {"condition": "service_healthy"},
             "redis": {"condition": "service_healthy"},
         }
-        assert replica["healthcheck"]["test"] == ["CMD", "arona-healthcheck", "/readyz"]
+        assert replica["healthcheck"]["test"] == [
+            "CMD",
+            "arona-healthcheck",
+            "/readyz?allow_degraded=true",
+        ]
         assert nginx_seconds(replica["stop_grace_period"]) > GRACEFUL_SHUTDOWN_SECONDS
         assert "ports" not in replica, "replicas are reached through the load balancer"
         assert replica["read_only"] is True

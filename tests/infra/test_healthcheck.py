@@ -103,6 +103,7 @@ async def test_healthcheck_passes_on_a_live_and_ready_server(served_port: int) -
     assert await run_check(served_port) == (0, "")
     assert await run_check(served_port, "/healthz") == (0, "")
     assert await run_check(served_port, "/readyz") == (0, "")
+    assert await run_check(served_port, "/readyz?allow_degraded=true") == (0, "")
 
 
 async def test_healthcheck_fails_on_an_error_status(served_port: int) -> None:

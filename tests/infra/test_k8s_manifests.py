@@ -116,7 +116,8 @@ def test_deployment_probes_hit_the_app_endpoints(resources: dict[str, dict[str, 
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports == {"http": DEFAULT_PORT}
     expected = {
-        "readinessProbe": "/readyz",
+        # Degraded pods still serve: a shared outage must not empty the Service.
+        "readinessProbe": "/readyz?allow_degraded=true",
         "livenessProbe": "/healthz",
         "startupProbe": "/healthz",
     }

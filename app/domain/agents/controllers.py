@@ -20,7 +20,7 @@ from uuid import UUID
 
 import msgspec
 from litestar import Controller, delete, get, post
-from litestar.params import Parameter
+from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
 from app.domain.accounts.principals import Principal
@@ -119,7 +119,7 @@ class AgentDeploymentController(Controller):
         platform_admin: Principal,
         agent_deployments_service: AgentDeploymentService,
         agent_nodes_service: AgentNodeService,
-        agent_id: Annotated[UUID | None, Parameter(query="agentId")] = None,
+        agent_id: Annotated[UUID | None, QueryParameter(name="agentId")] = None,
         status: DeploymentStatus | None = None,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,

@@ -165,7 +165,7 @@ class AliasService(SQLAlchemyAsyncRepositoryService[ModelAlias]):
         return await self.get_many_and_count(*by_name("alias", limit, offset))
 
     async def targets(self) -> dict[str, str]:
-        return {row.alias: row.target for row in await self.list()}
+        return {row.alias: row.target for row in await self.get_many()}
 
     async def delete_by_alias(self, alias: str) -> None:
         row = await self.get_one_or_none(ModelAlias.alias == alias)

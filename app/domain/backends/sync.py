@@ -96,7 +96,7 @@ class RoutingConfigSync:
         # applied after it would bring the old configuration back.
         async with self._lock:
             async with BackendConfigService.new(config=self._db_config) as service:
-                rows = await service.list()
+                rows = await service.get_many()
             async with AliasService.new(config=self._db_config) as aliases:
                 targets = await aliases.targets()
             wanted = {row.name for row in rows}
