@@ -153,4 +153,9 @@ def demo(
     echo = EchoEngine(
         DEMO_ENGINE, models=(DEMO_ENGINE_MODEL,), embedding_models=(DEMO_ENGINE_EMBEDDING_MODEL,)
     )
-    serve_with_fakes(settings, fakes, (echo, engine_port))
+    try:
+        serve_with_fakes(settings, fakes, (echo, engine_port))
+    except KeyboardInterrupt:
+        # Ctrl-C is how a newcomer ends the demo: a plain goodbye, exit status 0, rather
+        # than click's "Aborted!" and a make error. uvicorn has drained and flushed.
+        click.echo(f"\nArona demo stopped. Its data stays in {data_dir}; `make demo` resumes it.")

@@ -257,6 +257,17 @@ def test_agent_command_requires_a_panel_and_a_token(tmp_path):
     assert "--panel" in result.stderr
 
 
+def test_demo_stops_on_ctrl_c_with_a_goodbye_and_status_0(tmp_path):
+    with _demo(tmp_path) as demo:
+        assert httpx.get(f"{demo.base}/healthz", timeout=5).status_code == 200
+        demo.process.send_signal(signal.SIGINT)
+        rest, _ = demo.process.communicate(timeout=30)
+    assert demo.process.returncode == 0, rest
+    assert "Arona demo stopped" in rest, rest
+    assert "Aborted" not in rest
+    assert "Traceback" not in rest
+
+
 def test_demo_admin_can_log_in(demo_server, tmp_path):
     base, *_ = demo_server
     output = (tmp_path / "data" / "demo.json").read_text()
