@@ -3,8 +3,9 @@
 The ``FallbackStateStore`` switches shared state to local memory by itself; this module
 adds what only the application knows:
 
-- on the way down, this replica's memory is seeded with the revoked runtime tokens the
-  database knows, so a revoked token is not accepted because its mark lived in Redis;
+- on the way down, this replica's memory is seeded with the revocations the database
+  knows (runtime tokens, a deleted project's tokens, ended logins), so a revoked token
+  is not accepted because its mark lived in Redis;
 - on the way back, everything an invalidation event would have refreshed is reloaded
   (events published while Redis was down are lost), revocations are written to Redis
   again (one revoked during the outage reached only the database and this replica),
@@ -13,11 +14,14 @@ adds what only the application knows:
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Awaitable, Callable
 
 import structlog
 
-from app.domain.accounts.credential_services import RuntimeTokenService
+from app.domain.accounts.credential_services import RuntimeTokenService, TokenRevocationService
+from app.domain.accounts.services import RefreshTokenService, family_mark_until
+from app.lib.clock import utcnow
 from app.lib.state.fallback import FallbackStateStore
 from app.server.resources import Resources
 
@@ -25,10 +29,26 @@ logger = structlog.get_logger()
 
 
 async def restore_revocations(resources: Resources) -> None:
-    """The revoked, unexpired runtime tokens from the database into the state store."""
-    async with RuntimeTokenService.new(config=resources.db_config) as service:
-        for row in await service.revoked_unexpired():
-            await resources.revocations.revoke(str(row.id), row.expires_at.timestamp())
+    """Every revocation the database knows into the state store: revoked runtime
+    tokens, a deleted project's tokens, and logins ended recently enough that access
+    tokens minted from them are still alive."""
+    revocations = resources.revocations
+    config = resources.db_config
+    async with RuntimeTokenService.new(config=config) as runtime_tokens:
+        for row in await runtime_tokens.revoked_unexpired():
+            await revocations.revoke(str(row.id), row.expires_at.timestamp())
+    async with TokenRevocationService.new(config=config) as orphans:
+        await orphans.prune()
+        for mark in await orphans.unexpired():
+            await revocations.revoke(mark.jti, mark.expires_at.timestamp())
+    settings = resources.settings
+    # A family revoked at t is marked until family_mark_until(t): anything older is over.
+    horizon = family_mark_until(0.0, settings)
+    since = utcnow() - datetime.timedelta(seconds=horizon)
+    async with RefreshTokenService.new(config=config) as refresh_tokens:
+        for family_id, revoked_at in await refresh_tokens.families_revoked_since(since):
+            until = family_mark_until(revoked_at.timestamp(), settings)
+            await revocations.revoke_family(str(family_id), until)
 
 
 async def resync_after_outage(resources: Resources) -> None:

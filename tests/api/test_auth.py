@@ -365,7 +365,12 @@ async def test_reusing_a_spent_refresh_token_revokes_the_family(any_client):
     # ... and kills the link the legitimate holder got from the rotation.
     assert_error(await refresh(any_client, second["refreshToken"]), 401, "refresh_token_revoked")
     assert_error(await refresh(any_client, first["refreshToken"]), 401, "refresh_token_reused")
+    # Every access token minted from the family is refused too: the thief's and
+    # the holder's alike, without waiting for their 15 minutes to run out.
+    for access in (first["accessToken"], second["accessToken"]):
+        assert_error(await me(any_client, access), 401, "token_revoked")
     # Another login of the same user is a different family and carries on.
+    assert (await me(any_client, other_session["accessToken"])).status_code == 200
     untouched = await refresh(any_client, other_session["refreshToken"])
     assert untouched.status_code == 200, untouched.text
 
@@ -430,6 +435,8 @@ async def test_logout_with_a_refresh_token_revokes_that_family_too(any_client):
     )
     assert response.status_code == 204, response.text
     assert_error(await me(any_client, rotated["accessToken"]), 401, "token_revoked")
+    # The access token minted before the rotation belongs to the same login.
+    assert_error(await me(any_client, tokens["accessToken"]), 401, "token_revoked")
     assert_error(await refresh(any_client, rotated["refreshToken"]), 401, "refresh_token_revoked")
 
 
@@ -446,6 +453,35 @@ async def test_logout_can_end_another_session_of_the_same_user(any_client):
     assert response.status_code == 204, response.text
     assert_error(await refresh(any_client, there["refreshToken"]), 401, "refresh_token_revoked")
     assert_error(await refresh(any_client, here["refreshToken"]), 401, "refresh_token_revoked")
+    # The other session's access token ends with its family.
+    assert_error(await me(any_client, there["accessToken"]), 401, "token_revoked")
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+async def test_ended_logins_stay_ended_after_a_restart(
+    backend: str, make_app: AppFactory, pg_settings: Settings, sqlite_settings: Settings
+) -> None:
+    """The embedded default keeps revocation marks in memory; a restart rebuilds them
+    from the database (refresh families revoked recently enough), so neither a
+    logged-out token nor one of a login ended by refresh-token reuse comes back."""
+    # PostgreSQL with in-memory state as well: the marks must come from the database.
+    settings = replace(pg_settings, redis_url=None) if backend == "postgres" else sqlite_settings
+    async with AsyncTestClient(app=make_app(settings)) as client:
+        email = unique_email("restart")
+        await register(client, email)
+        out = await login(client, email)
+        reused = await login(client, email)
+        alive = await login(client, email)
+        assert (
+            await client.post("/api/auth/logout", headers=bearer(out["accessToken"]))
+        ).status_code == 204
+        await refresh(client, reused["refreshToken"])
+        assert_error(await refresh(client, reused["refreshToken"]), 401, "refresh_token_reused")
+
+    async with AsyncTestClient(app=make_app(settings)) as client:
+        assert_error(await me(client, out["accessToken"]), 401, "token_revoked")
+        assert_error(await me(client, reused["accessToken"]), 401, "token_revoked")
+        assert (await me(client, alive["accessToken"])).status_code == 200
 
 
 async def test_logout_ignores_someone_elses_refresh_token(any_client):

@@ -531,9 +531,14 @@ async def test_delete_project_takes_its_credentials_with_it(
         assert_error(again, 404, "project_not_found")
 
     # After a restart (the key index is reloaded from the database) the deleted
-    # project's key is still refused: its rows went with the project.
+    # project's key is still refused: its rows went with the project. So is its
+    # runtime token, whose revocation mark (in memory on the embedded default) is
+    # rebuilt from token_revocation: the token's own row went with the project too.
     async with AsyncTestClient(app=make_app(settings)) as client:
         assert_error(await client.get("/api/projects", headers=bearer(key)), 401, "invalid_api_key")
+        assert_error(
+            await client.get("/api/runtime/me", headers=bearer(token)), 401, "token_revoked"
+        )
 
 
 async def test_delete_needs_management_rights(client: Client) -> None:

@@ -1,6 +1,6 @@
 """SQLAlchemy models. Importing this package registers every table on the metadata."""
 
-from app.db.models.accounts import RefreshToken, User
+from app.db.models.accounts import RefreshToken, TokenRevocation, User
 from app.db.models.agents import AgentDeployment, AgentNode
 from app.db.models.conversations import Conversation, ConversationMessage, FallbackPin
 from app.db.models.profiles import ModelProfile, PlatformSetting, ProjectProfileSettings
@@ -30,6 +30,7 @@ __all__ = [
     "ProjectSecret",
     "RefreshToken",
     "RuntimeToken",
+    "TokenRevocation",
     "UsageRecord",
     "User",
     "VideoJob",

@@ -39,3 +39,18 @@ class RefreshToken(UUIDAuditBase):
     revoked_at: Mapped[datetime.datetime | None] = mapped_column(
         DateTimeUTC(timezone=True), default=None
     )
+
+
+class TokenRevocation(UUIDAuditBase):
+    """A revoked JWT whose own row is gone (a deleted project's runtime tokens).
+
+    JWTs are checked without the database; the marks live in the ``StateStore``,
+    which an embedded deployment keeps in memory. Start-up and a Redis outage reload
+    them from here, so a deleted project's tokens stay refused until they expire.
+    """
+
+    __tablename__ = "token_revocation"
+    __table_args__ = (Index("ix_token_revocation_expires_at", "expires_at"),)
+
+    jti: Mapped[str] = mapped_column(String(64), unique=True)
+    expires_at: Mapped[datetime.datetime] = mapped_column(DateTimeUTC(timezone=True))

@@ -91,7 +91,11 @@ class Authenticator:
             code = "token_expired" if exc.reason == "expired" else "invalid_token"
             raise AuthenticationError(message, code=code) from exc
         jti = str(claims["jti"])
-        if await self._revocations.is_revoked(jti):
+        family_id = (
+            _optional_uuid(claims.get(FAMILY_CLAIM)) if audience == ACCESS_AUDIENCE else None
+        )
+        family = str(family_id) if family_id is not None else None
+        if await self._revocations.is_revoked(jti, family):
             raise AuthenticationError("token has been revoked", code="token_revoked")
         try:
             subject = UUID(str(claims["sub"]))
@@ -102,7 +106,7 @@ class Authenticator:
                 user_id=subject,
                 jti=jti,
                 expires_at=float(claims["exp"]),
-                family_id=_optional_uuid(claims.get(FAMILY_CLAIM)),
+                family_id=family_id,
             )
         try:
             token_id = UUID(jti)

@@ -1,4 +1,4 @@
-"""Project API keys and runtime tokens: issue, list, revoke."""
+"""Project API keys and runtime tokens: issue, list, revoke; durable revocation marks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from uuid import UUID, uuid4
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 
-from app.db.models import ApiKey, RuntimeToken
+from app.db.models import ApiKey, RuntimeToken, TokenRevocation
 from app.domain.accounts.services import RUNTIME_AUDIENCE
 from app.lib.clock import utcnow
 from app.lib.errors import NotFoundError
@@ -124,6 +124,32 @@ class RuntimeTokenService(SQLAlchemyAsyncRepositoryService[RuntimeToken]):
     async def revoked_unexpired(self) -> Sequence[RuntimeToken]:
         return await self.get_many(
             RuntimeToken.revoked_at.is_not(None), RuntimeToken.expires_at > utcnow()
+        )
+
+
+class TokenRevocationService(SQLAlchemyAsyncRepositoryService[TokenRevocation]):
+    """Revoked JWTs whose own row is about to go (see ``TokenRevocation``)."""
+
+    class Repo(SQLAlchemyAsyncRepository[TokenRevocation]):
+        model_type = TokenRevocation
+
+    repository_type = Repo
+
+    async def record(self, tokens: Sequence[RuntimeToken]) -> None:
+        """Stage the marks in the caller's transaction (committed with the delete)."""
+        if tokens:
+            await self.create_many(
+                [TokenRevocation(jti=str(t.id), expires_at=t.expires_at) for t in tokens],
+                auto_commit=False,
+            )
+
+    async def unexpired(self) -> Sequence[TokenRevocation]:
+        return await self.get_many(TokenRevocation.expires_at > utcnow())
+
+    async def prune(self) -> None:
+        """Drop marks of tokens that have expired anyway."""
+        await self.delete_where(
+            TokenRevocation.expires_at <= utcnow(), auto_commit=True, sanity_check=False
         )
 
 

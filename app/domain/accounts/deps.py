@@ -10,7 +10,11 @@ from litestar.di import Provide
 
 from app.db.models import User
 from app.domain.accounts.authenticator import Authenticator
-from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
+from app.domain.accounts.credential_services import (
+    ApiKeyService,
+    RuntimeTokenService,
+    TokenRevocationService,
+)
 from app.domain.accounts.principals import AdminTokenPrincipal, Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.services import AuthService, RefreshTokenService, UserService
@@ -82,5 +86,6 @@ def accounts_dependencies() -> dict[str, Provide]:
         "refresh_tokens_service": Provide(create_service_provider(RefreshTokenService)),
         "api_keys_service": Provide(create_service_provider(ApiKeyService)),
         "runtime_tokens_service": Provide(create_service_provider(RuntimeTokenService)),
+        "token_revocations_service": Provide(create_service_provider(TokenRevocationService)),
         "auth_service": Provide(provide_auth_service, sync_to_thread=False),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
@@ -35,6 +36,16 @@ INVALID_CREDENTIALS = "invalid email or password"
 # Access tokens carry the id of the refresh-token family (the login session) they
 # belong to, so logging out with an access token alone ends the whole session.
 FAMILY_CLAIM = "fid"
+# A refresh racing the revocation can mint one more access token just after the mark.
+FAMILY_MARK_MARGIN_SECONDS = 60
+
+
+def family_mark_until(revoked_epoch: float, settings: Settings) -> float:
+    """Until when a family revoked at ``revoked_epoch`` must stay marked: as long as an
+    access token minted from it before then can live."""
+    return revoked_epoch + settings.access_token_ttl_seconds + FAMILY_MARK_MARGIN_SECONDS
+
+
 # Held (in the shared StateStore) by the one registration allowed to become the
 # first admin; see AuthService.register.
 FIRST_ADMIN_LEASE = "accounts:first-admin"
@@ -132,6 +143,17 @@ class RefreshTokenService(SQLAlchemyAsyncRepositoryService[RefreshToken]):
             select(RefreshToken.used_at).where(RefreshToken.id == row_id)
         )
         return result.scalar_one_or_none() is not None
+
+    async def families_revoked_since(
+        self, moment: datetime.datetime
+    ) -> list[tuple[UUID, datetime.datetime]]:
+        """Families revoked after ``moment``, each with its latest revocation time."""
+        result = await self.repository.session.execute(
+            select(RefreshToken.family_id, func.max(RefreshToken.revoked_at))
+            .where(RefreshToken.revoked_at > moment)
+            .group_by(RefreshToken.family_id)
+        )
+        return [(family_id, revoked_at) for family_id, revoked_at in result.all()]
 
     async def revoke_family(self, family_id: UUID) -> None:
         await self.repository.session.execute(
@@ -235,7 +257,7 @@ class AuthService:
             await self._revoke_reused_family(row)
         user = await self.users.get_one_or_none(User.id == row.user_id)
         if user is None or user.disabled:
-            await self.refresh_tokens.revoke_family(row.family_id)
+            await self._end_family(row.family_id)
             raise AuthenticationError("this account is disabled", code="account_disabled")
         return await self._issue_pair(user.id, family_id=row.family_id)
 
@@ -250,7 +272,7 @@ class AuthService:
     ) -> None:
         await self.revocations.revoke(access_jti, access_expires)
         if family_id is not None:
-            await self.refresh_tokens.revoke_family(family_id)
+            await self._end_family(family_id)
         if refresh_token is None:
             return
         row = await self.refresh_tokens.get_one_or_none(
@@ -258,10 +280,18 @@ class AuthService:
         )
         # Someone else's refresh token is treated as unknown: no oracle, no effect.
         if row is not None and row.user_id == user_id and row.family_id != family_id:
-            await self.refresh_tokens.revoke_family(row.family_id)
+            await self._end_family(row.family_id)
+
+    async def _end_family(self, family_id: UUID) -> None:
+        """Revoke the login: its refresh links in the database, and every access token
+        minted from it (they carry the family id) through the revocation list."""
+        await self.refresh_tokens.revoke_family(family_id)
+        await self.revocations.revoke_family(
+            str(family_id), family_mark_until(time.time(), self.settings)
+        )
 
     async def _revoke_reused_family(self, row: RefreshToken) -> None:
-        await self.refresh_tokens.revoke_family(row.family_id)
+        await self._end_family(row.family_id)
         raise AuthenticationError(
             "refresh token was already used; every session of this login is revoked",
             code="refresh_token_reused",

@@ -26,9 +26,10 @@ from app.domain.console.tab_support import (
     parse,
     template_helpers,
 )
+from app.domain.custom_llms.names import llm_id
 from app.domain.custom_llms.probe import probe_custom_llm
 from app.domain.custom_llms.schemas import CustomLlmCreate, CustomLlmUpdate
-from app.domain.custom_llms.services import CustomLlmService, credential_of, llm_id
+from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
 from app.domain.custom_llms.stored import stored_llm
 from app.domain.custom_llms.templates import AUTH_SCHEMES, BOB, BOB_DEFAULT_NAME, TEMPLATES

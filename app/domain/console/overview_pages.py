@@ -10,7 +10,7 @@ from litestar import Controller, get, post
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from app.domain.accounts.credential_services import RuntimeTokenService
+from app.domain.accounts.credential_services import RuntimeTokenService, TokenRevocationService
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.services import UserService, normalize_email
 from app.domain.accounts.sync import ApiKeySync
@@ -112,6 +112,7 @@ class OverviewTab(Controller):
         projects_service: ProjectService,
         members_service: ProjectMemberService,
         runtime_tokens_service: RuntimeTokenService,
+        token_revocations_service: TokenRevocationService,
         revocations: RevocationList,
         api_key_sync: ApiKeySync,
     ) -> Response[Any]:
@@ -130,6 +131,7 @@ class OverviewTab(Controller):
             project_id,
             projects_service=projects_service,
             runtime_tokens_service=runtime_tokens_service,
+            token_revocations_service=token_revocations_service,
             revocations=revocations,
             api_key_sync=api_key_sync,
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from app.domain.custom_llms.services import LLM_ID_PREFIX
+from app.domain.custom_llms.names import LLM_ID_PREFIX
 from app.lib.errors import BadRequestError, NotFoundError
 from app.routing.profiles import ProfileTable
 

@@ -17,6 +17,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CON
 
 from app.db.models import CustomLlm
 from app.domain.accounts.principals import Principal
+from app.domain.custom_llms.names import llm_id
 from app.domain.custom_llms.probe import probe_custom_llm
 from app.domain.custom_llms.schemas import (
     CustomLlmCreate,
@@ -24,7 +25,7 @@ from app.domain.custom_llms.schemas import (
     CustomLlmTestOut,
     CustomLlmUpdate,
 )
-from app.domain.custom_llms.services import CustomLlmService, credential_of, llm_id
+from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
 from app.domain.custom_llms.stored import stored_llm
 from app.domain.projects.controllers import LimitQuery, OffsetQuery

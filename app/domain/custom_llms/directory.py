@@ -57,7 +57,7 @@ from uuid import UUID
 
 import structlog
 
-from app.domain.custom_llms.services import LLM_ID_PREFIX, llm_id
+from app.domain.custom_llms.names import LLM_ID_PREFIX, llm_id
 from app.domain.custom_llms.stored import StoredLlm
 from app.domain.custom_llms.templates import context_window_tokens
 from app.lib.keyed_cache import KeyedCache, StaleWhileFailing

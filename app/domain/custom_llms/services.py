@@ -8,8 +8,7 @@ check of base URLs) live here; the controllers check roles and then tell
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 from uuid import UUID, uuid4
@@ -22,13 +21,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import CustomLlm, Project, ProjectSecret
-from app.domain.custom_llms.schemas import (
-    MAX_NAME_LENGTH,
-    NAME_PATTERN,
-    Credential,
-    CustomLlmCreate,
-    CustomLlmUpdate,
-)
+from app.domain.custom_llms.names import custom_llm_not_found, name_taken, suggest_names
+from app.domain.custom_llms.schemas import Credential, CustomLlmCreate, CustomLlmUpdate
 from app.domain.custom_llms.templates import (
     BOB,
     BOB_DEFAULT_NAME,
@@ -46,64 +40,6 @@ from app.lib.vault import Vault, mask
 from app.routing.types import AuthScheme
 
 _RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
-_NAME = re.compile(NAME_PATTERN)
-SUGGESTIONS = 3
-LLM_ID_PREFIX = "custom:"
-
-
-def llm_id(name: str) -> str:
-    """The model id a custom LLM is called by: ``custom:<name>``."""
-    return LLM_ID_PREFIX + name
-
-
-def custom_llm_not_found() -> NotFoundError:
-    return NotFoundError("custom LLM not found", code="custom_llm_not_found")
-
-
-# ----------------------------------------------------------------- names
-
-
-def suggest_names(
-    base: str, slug: str, taken: Collection[str], count: int = SUGGESTIONS
-) -> list[str]:
-    """Free alternatives to ``base``: ``base-2`` (the lowest free number),
-    ``base-<project slug>``, ``base-personal``, then further numbers; each a valid
-    name, none in ``taken``."""
-    found: list[str] = []
-
-    def fit(suffix: str) -> str:
-        stem = base[: MAX_NAME_LENGTH - len(suffix)].rstrip("._-")
-        return stem + suffix
-
-    def offer(candidate: str) -> bool:
-        if candidate in taken or candidate in found or not _NAME.match(candidate):
-            return False
-        found.append(candidate)
-        return True
-
-    n = 2
-    while not offer(fit(f"-{n}")):
-        n += 1
-    for word in (slug, "personal"):
-        k = 1
-        while not offer(fit(f"-{word}" if k == 1 else f"-{word}-{k}")) and k < 20:
-            k += 1
-    while len(found) < count:
-        n += 1
-        offer(fit(f"-{n}"))
-    return found[:count]
-
-
-def name_taken(name: str, suggestions: list[str]) -> ConflictError:
-    listed = ", ".join(suggestions)
-    return ConflictError(
-        f"this project already has a custom LLM named {name!r}; free names: {listed}",
-        code="custom_llm_exists",
-        param="name",
-        extra={"suggestions": suggestions},
-    )
-
-
 # ------------------------------------------------------------------ rules
 
 

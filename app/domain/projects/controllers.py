@@ -11,7 +11,7 @@ from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import Project, User
-from app.domain.accounts.credential_services import RuntimeTokenService
+from app.domain.accounts.credential_services import RuntimeTokenService, TokenRevocationService
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.services import UserService, normalize_email
@@ -110,6 +110,7 @@ class ProjectController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         runtime_tokens_service: RuntimeTokenService,
+        token_revocations_service: TokenRevocationService,
         revocations: RevocationList,
         api_key_sync: ApiKeySync,
     ) -> None:
@@ -119,6 +120,7 @@ class ProjectController(Controller):
             access.project.id,
             projects_service=projects_service,
             runtime_tokens_service=runtime_tokens_service,
+            token_revocations_service=token_revocations_service,
             revocations=revocations,
             api_key_sync=api_key_sync,
         )

@@ -11,7 +11,11 @@ from __future__ import annotations
 from uuid import UUID
 
 from app.db.models import ApiKey, RuntimeToken
-from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
+from app.domain.accounts.credential_services import (
+    ApiKeyService,
+    RuntimeTokenService,
+    TokenRevocationService,
+)
 from app.domain.accounts.keyring import ActiveApiKey
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
@@ -23,12 +27,16 @@ async def delete_project(
     *,
     projects_service: ProjectService,
     runtime_tokens_service: RuntimeTokenService,
+    token_revocations_service: TokenRevocationService,
     revocations: RevocationList,
     api_key_sync: ApiKeySync,
 ) -> None:
-    # The rows go with the project (ON DELETE CASCADE); the live tokens are read
-    # first so they can be revoked after.
+    # The rows go with the project (ON DELETE CASCADE); the live tokens are read first
+    # and recorded in token_revocation in the same transaction as the delete (the
+    # services share the request's session), so a restart or a Redis outage, which
+    # rebuild the revocation marks from the database, cannot bring them back.
     tokens = await runtime_tokens_service.unexpired_in_project(project_id)
+    await token_revocations_service.record(tokens)
     await projects_service.delete(project_id, auto_commit=True)
     await api_key_sync.project_deleted(project_id)
     for token in tokens:
