@@ -1,4 +1,12 @@
-"""Structured logging (structlog) configured once at start-up from settings."""
+"""Structured logging (structlog) configured once at start-up from settings.
+
+Two paths reach stderr in one format. Arona's own events go through structlog
+directly (no stdlib ``LogRecord`` on the hot path). Everything logged through the
+standard library (uvicorn, SQLAlchemy, Alembic, websockets) goes through a handler on
+the root logger whose ``ProcessorFormatter`` runs the same processors, so with
+``ARONA_LOG_FORMAT=json`` every line is one JSON object a log pipeline can parse, and
+both carry the request id bound for the current request.
+"""
 
 from __future__ import annotations
 
@@ -10,27 +18,58 @@ import structlog
 from app.lib.settings import Settings
 
 
+class _AronaHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (a stream captured
+    at configuration time may be closed by then). Its class marks the handler this
+    module installed, so configuring again (an app is built more than once per process
+    in tests) replaces it and leaves other handlers alone."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        """Set by ``StreamHandler.__init__``; the live ``sys.stderr`` is used instead."""
+
+
+def _renderer(settings: Settings) -> structlog.typing.Processor:
+    if settings.log_format == "json":
+        return structlog.processors.JSONRenderer()
+    return structlog.dev.ConsoleRenderer(colors=False)
+
+
 def configure_logging(settings: Settings) -> None:
     level = logging.getLevelNamesMapping().get(settings.log_level, logging.INFO)
-    renderer: structlog.typing.Processor
-    if settings.log_format == "json":
-        renderer = structlog.processors.JSONRenderer()
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    renderer = _renderer(settings)
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # Route stdlib loggers (uvicorn, sqlalchemy, alembic) at the same level.
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+
+    handler = _AronaHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for installed in [h for h in root.handlers if isinstance(h, _AronaHandler)]:
+        root.removeHandler(installed)
+    root.addHandler(handler)
+    root.setLevel(level)
     # httpx/httpcore log every upstream request at INFO: one line per relayed call
     # (and per probe) is noise and costs CPU on the hot path. Failures are ours to log.
     for chatty in ("httpx", "httpcore"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,16 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 class SettingsError(ValueError):
     """A setting is missing or malformed; the message tells the operator which and why."""
+
+
+MAX_PORT = 65535
+LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+_VAULT_KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def valid_key_id(kid: str) -> bool:
+    """Vault key ids travel in every sealed value's header: a short, plain token."""
+    return _VAULT_KEY_ID.fullmatch(kid) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +139,15 @@ def _parse_bool(name: str, raw: str) -> bool:
     raise SettingsError(f"{name} must be a boolean (true/false), got {raw!r}")
 
 
-def _parse_int(name: str, raw: str, minimum: int = 0) -> int:
+def _parse_int(name: str, raw: str, minimum: int = 0, maximum: int | None = None) -> int:
     try:
         value = int(raw)
     except ValueError as exc:
         raise SettingsError(f"{name} must be an integer, got {raw!r}") from exc
     if value < minimum:
         raise SettingsError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise SettingsError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -159,6 +172,11 @@ def parse_vault_keys(raw: str) -> tuple[VaultKey, ...]:
         kid, sep, encoded = part.partition(":")
         if not sep or not kid:
             raise SettingsError("ARONA_VAULT_KEYS entries must look like `kid:base64-32-bytes`")
+        if not valid_key_id(kid):
+            raise SettingsError(
+                f"ARONA_VAULT_KEYS key id {kid!r} must be 1-64 characters of letters, "
+                "digits, '.', '_' or '-'"
+            )
         if kid in seen:
             raise SettingsError(f"ARONA_VAULT_KEYS lists key id {kid!r} twice")
         try:
@@ -198,7 +216,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
     if (v := get("ARONA_HOST")) is not None:
         values["host"] = v
     if (v := get("ARONA_PORT")) is not None:
-        values["port"] = _parse_int("ARONA_PORT", v, minimum=0)
+        values["port"] = _parse_int("ARONA_PORT", v, minimum=0, maximum=MAX_PORT)
     if (v := get("ARONA_MAX_BODY_BYTES")) is not None:
         values["max_body_bytes"] = _parse_int("ARONA_MAX_BODY_BYTES", v, minimum=1024)
     if (v := get("ARONA_CORS_ORIGINS")) is not None:
@@ -208,6 +226,10 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
             raise SettingsError(f"ARONA_LOG_FORMAT must be json or console, got {v!r}")
         values["log_format"] = v
     if (v := get("ARONA_LOG_LEVEL")) is not None:
+        if v.upper() not in LOG_LEVELS:
+            raise SettingsError(
+                f"ARONA_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {v!r}"
+            )
         values["log_level"] = v.upper()
     if (v := get("ARONA_REGISTRATION_OPEN")) is not None:
         values["registration_open"] = _parse_bool("ARONA_REGISTRATION_OPEN", v)

@@ -25,7 +25,7 @@ from uuid import UUID
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from app.lib.settings import VaultKey
+from app.lib.settings import VaultKey, valid_key_id
 
 if TYPE_CHECKING:
     from app.lib.settings import Settings
@@ -38,7 +38,6 @@ MASK = "••••"
 # Versioned so a future change of encoding cannot collide with today's bytes.
 _AAD_DOMAIN = b"arona.vault.aad.v1"
 # Kids end up in env vars (`kid:base64,...`) and in tokens split on ":".
-_KID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _B64URL_RE = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -96,7 +95,7 @@ def generate_key_spec(kid: str) -> str:
 
 
 def _check_kid(kid: str) -> None:
-    if not _KID_RE.fullmatch(kid):
+    if not valid_key_id(kid):
         raise ValueError(
             "vault key ids must be 1-64 characters of letters, digits, '.', '_' or '-'"
         )
@@ -126,7 +125,7 @@ def _split(token: str) -> tuple[str, str]:
     version, kid, body = parts
     if version != FORMAT_VERSION:
         raise VaultDecryptError("malformed vault token: unsupported version")
-    if not _KID_RE.fullmatch(kid):
+    if not valid_key_id(kid):
         raise VaultDecryptError("malformed vault token: invalid key id")
     return kid, body
 

@@ -18,8 +18,8 @@ class HttpMetrics:
         )
         self._latency = Histogram(
             "arona_http_request_duration_seconds",
-            "HTTP request latency by route template.",
-            ("method", "route"),
+            "HTTP request latency by route template and status.",
+            ("method", "route", "status"),
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
@@ -31,9 +31,10 @@ class HttpMetrics:
         key = (method, route, status)
         children = self._children.get(key)
         if children is None:
+            label = str(status)
             children = (
-                self._requests.labels(method, route, str(status)),
-                self._latency.labels(method, route),
+                self._requests.labels(method, route, label),
+                self._latency.labels(method, route, label),
             )
             self._children[key] = children
         children[0].inc()

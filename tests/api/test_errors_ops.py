@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import shutil
 import socket
 import subprocess
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
+import httpx
+import openai
 import pytest
 from litestar import get
 from litestar.testing import AsyncTestClient
 
-from tests.helpers import assert_error, new_user
+from tests.api.live_server import live_server
+from tests.api.support import create_api_key
+from tests.helpers import assert_error, bearer, new_project, new_user
 
 
 def _free_port() -> int:
@@ -51,6 +58,72 @@ async def test_body_over_the_limit_is_a_413(make_app, pg_settings):
         assert small.status_code == 400
 
 
+async def test_gateway_bodies_over_the_limit_are_a_413(make_app, pg_settings):
+    """The /v1 relay routes read their bodies themselves (raw ASGI, outside Litestar's
+    limit): the same 413 in the same shape, through the openai SDK and without a
+    Content-Length."""
+    settings = replace(pg_settings, max_body_bytes=2048)
+    app = make_app(settings)
+    async with AsyncTestClient(app=app) as setup:
+        _, owner = await new_user(setup)
+        project = await new_project(setup, owner)
+        key = (await create_api_key(setup, project["id"], owner))["key"]
+    async with live_server(make_app(settings)) as url:
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as chat:
+            await sdk.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x" * 4000}]
+            )
+        with pytest.raises(openai.APIStatusError) as embed:
+            await sdk.embeddings.create(model="m", input="x" * 4000)
+        for raised in (chat.value, embed.value):
+            assert_error(raised.response, 413, "request_too_large")
+            assert raised.response.headers["x-request-id"]
+        await sdk.close()
+
+        async def streamed() -> AsyncIterator[bytes]:
+            yield b'{"model": "m", "input": "'
+            for _ in range(10):
+                yield b"x" * 400
+            yield b'"}'
+
+        async with httpx.AsyncClient(base_url=url) as client:
+            response = await client.post("/v1/embeddings", content=streamed(), headers=bearer(key))
+        assert response.request.headers.get("transfer-encoding") == "chunked"
+        assert_error(response, 413, "request_too_large")
+
+
+async def test_cors_answers_only_the_listed_origins(make_app, sqlite_settings):
+    listed, other = "https://console.example", "https://evil.example"
+    app = make_app(replace(sqlite_settings, cors_origins=(listed,)))
+    async with AsyncTestClient(app=app) as client:
+        for path in ("/api/projects", "/v1/chat/completions"):
+            preflight = await client.options(
+                path,
+                headers={
+                    "Origin": listed,
+                    "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "authorization, content-type",
+                },
+            )
+            assert preflight.status_code in (200, 204), preflight.text
+            assert preflight.headers["access-control-allow-origin"] == listed
+            assert "POST" in preflight.headers["access-control-allow-methods"]
+        simple = await client.get("/healthz", headers={"Origin": listed})
+        assert simple.headers["access-control-allow-origin"] == listed
+        refused = await client.get("/healthz", headers={"Origin": other})
+        assert "access-control-allow-origin" not in refused.headers
+        denied = await client.options(
+            "/api/projects", headers={"Origin": other, "Access-Control-Request-Method": "POST"}
+        )
+        assert "access-control-allow-origin" not in denied.headers
+
+    # The default (ARONA_CORS_ORIGINS unset): no origin gets CORS headers.
+    async with AsyncTestClient(app=make_app(sqlite_settings)) as client:
+        plain = await client.get("/healthz", headers={"Origin": listed})
+        assert "access-control-allow-origin" not in plain.headers
+
+
 async def test_unexpected_error_is_a_500_with_request_id_and_no_trace(make_app, pg_settings):
     @get("/test/explode", sync_to_thread=False)
     def explode() -> None:
@@ -65,6 +138,54 @@ async def test_unexpected_error_is_a_500_with_request_id_and_no_trace(make_app, 
     assert "secret internal detail" not in response.text
     assert "Traceback" not in response.text
     assert response.headers["x-request-id"] == "req-123"
+
+
+async def test_json_logs_are_one_object_per_line_with_the_request_id(
+    make_app, sqlite_settings, capsys
+):
+    """``ARONA_LOG_FORMAT=json``: Arona's own events and the standard library's
+    (uvicorn, SQLAlchemy) come out as one JSON object per line, and a line logged
+    while serving a request carries its request id."""
+
+    @get("/test/explode-logged", sync_to_thread=False)
+    def explode() -> None:
+        logging.getLogger("uvicorn.error").warning("stdlib line inside the request")
+        raise RuntimeError("boom")
+
+    app = make_app(replace(sqlite_settings, log_format="json", log_level="INFO"))
+    app.register(explode)
+    async with AsyncTestClient(app=app) as client:
+        capsys.readouterr()
+        response = await client.get("/test/explode-logged", headers={"X-Request-ID": "req-json-1"})
+        assert response.status_code == 500
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+    events = [json.loads(line) for line in lines]  # every line parses
+    stdlib = [e for e in events if e.get("event") == "stdlib line inside the request"]
+    assert len(stdlib) == 1, lines
+    assert stdlib[0]["logger"] == "uvicorn.error"
+    assert stdlib[0]["level"] == "warning"
+    assert stdlib[0]["request_id"] == "req-json-1"
+    crash = [e for e in events if "RuntimeError" in e.get("exception", "")]
+    assert len(crash) == 1, lines
+    assert crash[0]["request_id"] == "req-json-1"
+    assert crash[0]["level"] == "error"
+
+
+async def test_console_logs_carry_the_request_id(make_app, sqlite_settings, capsys):
+    @get("/test/log-console", sync_to_thread=False)
+    def logged() -> None:
+        logging.getLogger("sqlalchemy.engine").warning("stdlib console line")
+
+    app = make_app(replace(sqlite_settings, log_format="console", log_level="INFO"))
+    app.register(logged)
+    async with AsyncTestClient(app=app) as client:
+        capsys.readouterr()
+        await client.get("/test/log-console", headers={"X-Request-ID": "req-console-1"})
+        err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if "stdlib console line" in line)
+    assert "request_id=req-console-1" in line
+    assert "[warning" in line
 
 
 async def test_request_id_is_echoed_or_generated(any_client):
@@ -163,7 +284,13 @@ async def test_metrics_count_requests_by_route_template(client):
     text = (await client.get("/metrics")).text
     assert 'arona_http_requests_total{method="GET",route="/api/projects",status="200"}' in text
     assert 'route="unmatched",status="404"' in text
-    assert "arona_http_request_duration_seconds_bucket" in text
+    # Latency by route and status too: a fast 404 must not hide a slow 200.
+    labels = 'method="GET",route="/api/projects",status="200"'
+    assert f"arona_http_request_duration_seconds_count{{{labels}}} 1.0" in text
+    assert (
+        'arona_http_request_duration_seconds_bucket{le="+Inf",method="GET",route="unmatched",status="404"}'
+        in text
+    )
 
 
 @pytest.mark.parametrize("path", ["/api/auth/me", "/api/projects"])

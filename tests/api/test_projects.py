@@ -435,6 +435,42 @@ async def test_owner_removes_a_member(any_client: Client) -> None:
     assert_error(stranger, 404, "member_not_found")
 
 
+async def test_a_member_added_as_owner_manages_the_project(client: Client) -> None:
+    _, owner, owner_id = await user_with_id(client, "owner")
+    co_email, co_owner, co_id = await user_with_id(client, "co-owner")
+    third_email, third = await new_user(client, "third")
+    project = await new_project(client, owner)
+    pid = project["id"]
+
+    added = await client.post(
+        f"/api/projects/{pid}/members", json={"email": co_email, "role": "owner"}, headers=owner
+    )
+    assert added.status_code == 201, added.text
+    assert added.json()["role"] == "owner"
+    got = (await client.get(f"/api/projects/{pid}", headers=co_owner)).json()
+    assert got["role"] == "owner"
+    assert got["ownerId"] == str(owner_id)  # the creator stays the project's owner
+
+    # A co-owner manages settings, members and credentials ...
+    renamed = await client.patch(f"/api/projects/{pid}", json={"name": "Shared"}, headers=co_owner)
+    assert renamed.status_code == 200, renamed.text
+    invited = await client.post(
+        f"/api/projects/{pid}/members", json={"email": third_email}, headers=co_owner
+    )
+    assert invited.status_code == 201, invited.text
+    assert (await client.get(f"/api/projects/{pid}", headers=third)).json()["role"] == "member"
+    key = await create_api_key(client, pid, co_owner)
+    assert (await client.get(f"/api/projects/{pid}", headers=bearer(key["key"]))).status_code == 200
+    # ... but cannot remove the creator; the creator can remove the co-owner.
+    refused = await client.delete(f"/api/projects/{pid}/members/{owner_id}", headers=co_owner)
+    assert_error(refused, 409, "owner_not_removable")
+    removed = await client.delete(f"/api/projects/{pid}/members/{co_id}", headers=owner)
+    assert removed.status_code == 204, removed.text
+    assert_error(
+        await client.get(f"/api/projects/{pid}", headers=co_owner), 404, "project_not_found"
+    )
+
+
 async def test_the_owner_cannot_be_removed(any_client: Client) -> None:
     _, owner, owner_id = await user_with_id(any_client, "owner")
     project = await new_project(any_client, owner)

@@ -132,3 +132,52 @@ async def test_hooks_run_once_on_the_way_down_and_once_on_the_way_back(
     async with asyncio.timeout(5):
         await store.wait_recovered()
     assert phases == ["down", "up"]
+
+
+async def test_local_answers_wait_for_the_seed(
+    store: FallbackStateStore, redis_server: RedisInstance
+) -> None:
+    """A revocation mark lives in Redis; right after Redis goes, local memory is empty
+    until the degraded hook copies the marks from the database. A read in between must
+    not answer "not revoked": it waits for the seed."""
+    release = asyncio.Event()
+
+    async def seed() -> None:
+        await release.wait()  # the database read, held open by the test
+        await store.set("revoked:jti:t1", b"1", ttl=60)
+
+    store.on_degraded(seed)
+    await store.set("revoked:jti:t1", b"1", ttl=60)
+    redis_server.kill()
+    first = asyncio.create_task(store.exists("revoked:jti:t1"))
+    later = asyncio.create_task(store.exists("revoked:jti:t1"))
+    await asyncio.sleep(0.2)
+    # Held, not answered from empty memory.
+    assert not first.done()
+    assert not later.done()
+    release.set()
+    async with asyncio.timeout(5):
+        assert await first is True
+        assert await later is True
+
+
+async def test_a_seed_that_cannot_finish_does_not_hold_requests_forever(
+    redis_server: RedisInstance, metrics: CollectorRegistry
+) -> None:
+    shared = RedisStateStore(build_redis(redis_server.url, socket_timeout=1.0), owns_client=True)
+    store = FallbackStateStore(shared, retry_seconds=0.05, registry=metrics, seed_wait_seconds=0.2)
+    never = asyncio.Event()
+
+    async def stuck_seed() -> None:
+        await never.wait()  # the database is down as well
+
+    store.on_degraded(stuck_seed)
+    watcher = asyncio.create_task(store.watch())
+    try:
+        redis_server.kill()
+        async with asyncio.timeout(5):
+            assert await store.get("pin") is None  # served from memory after the bound
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        await store.close()

@@ -57,6 +57,12 @@ def test_environment_is_read():
     ("env", "message"),
     [
         ({"ARONA_PORT": "http"}, "ARONA_PORT must be an integer"),
+        # Past 65535 the socket layer would wrap it silently (70000 binds 4464).
+        ({"ARONA_PORT": "70000"}, "ARONA_PORT must be <= 65535"),
+        ({"ARONA_PORT": "65536"}, "ARONA_PORT must be <= 65535"),
+        ({"ARONA_LOG_LEVEL": "loud"}, "ARONA_LOG_LEVEL must be one of"),
+        ({"ARONA_VAULT_KEYS": f"bad kid:{KEY}"}, "ARONA_VAULT_KEYS key id 'bad kid'"),
+        ({"ARONA_VAULT_KEYS": f"{'k' * 65}:{KEY}"}, "ARONA_VAULT_KEYS key id"),
         ({"ARONA_LOG_FORMAT": "xml"}, "ARONA_LOG_FORMAT must be json or console"),
         ({"ARONA_REGISTRATION_OPEN": "perhaps"}, "must be a boolean"),
         ({"ARONA_MAX_BODY_BYTES": "10"}, "must be >= 1024"),
@@ -74,6 +80,14 @@ def test_environment_is_read():
 def test_malformed_settings_are_refused_with_the_variable_named(env, message):
     with pytest.raises(SettingsError, match=message):
         load_settings(env)
+
+
+def test_edge_values_are_accepted():
+    settings = load_settings(
+        {"ARONA_PORT": "65535", "ARONA_LOG_LEVEL": "warning", "ARONA_VAULT_KEYS": f"k-1.a_b:{KEY}"}
+    )
+    assert (settings.port, settings.log_level) == (65535, "WARNING")
+    assert settings.vault_keys[0].kid == "k-1.a_b"
 
 
 def test_routing_intervals_default_and_are_read():

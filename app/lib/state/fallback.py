@@ -17,7 +17,9 @@ Two things are deliberately not served locally:
 
 ``on_degraded`` and ``on_recovered`` hooks let the application re-seed local state
 (revocations from the database) and re-sync caches whose invalidation events were lost
-while Redis was away.
+while Redis was away. Local answers wait for the ``on_degraded`` hooks (at most
+``SEED_WAIT_SECONDS``): an empty local memory would tell a revoked token it was not
+revoked.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
 """What means "Redis is not there", as opposed to a bug (a script error, bad data)."""
 
 DEFAULT_RETRY_SECONDS = 1.0
+# Seeding is a few indexed reads; a request waits for it at most this long.
+SEED_WAIT_SECONDS = 5.0
 
 
 class StateStoreUnavailableError(RuntimeError):
@@ -63,9 +67,15 @@ class FallbackStateStore:
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        seed_wait_seconds: float = SEED_WAIT_SECONDS,
     ) -> None:
         self.shared = shared
         self.local = MemoryStateStore()
+        self.seed_wait_seconds = seed_wait_seconds
+        # Set once the degraded hooks have seeded local memory for the current outage;
+        # the task running them writes through without waiting for itself.
+        self._seeded = asyncio.Event()
+        self._seeding_task: asyncio.Task[None] | None = None
         self.retry_seconds = retry_seconds
         self._clock = clock
         self._down_since: float | None = None
@@ -102,6 +112,7 @@ class FallbackStateStore:
         self._down_since = self._clock()
         self._degraded_gauge.set(1)
         self._recovered.clear()
+        self._seeded.clear()
         self._down.set()
         logger.warning(
             "shared state store unreachable; serving from local memory",
@@ -118,7 +129,18 @@ class FallbackStateStore:
             except OUTAGE_ERRORS as exc:
                 self._went_down(operation, exc)
         self._fallbacks.inc()
+        if not self._seeded.is_set() and asyncio.current_task() is not self._seeding_task:
+            await self._wait_seeded()
         return await local()
+
+    async def _wait_seeded(self) -> None:
+        try:
+            async with asyncio.timeout(self.seed_wait_seconds):
+                await self._seeded.wait()
+        except TimeoutError:
+            # The seed's source (the database) is slow or down too: serve what memory
+            # holds rather than hold every request.
+            logger.warning("local state served before it was seeded", waited=self.seed_wait_seconds)
 
     async def _strict(self, operation: str, shared: Callable[[], Awaitable[T]]) -> T:
         if self._down_since is not None:
@@ -136,7 +158,12 @@ class FallbackStateStore:
         answers (run supervised for the life of the process)."""
         while True:
             await self._down.wait()
-            await self._run_hooks("degraded", self._degraded_hooks)
+            self._seeding_task = asyncio.current_task()
+            try:
+                await self._run_hooks("degraded", self._degraded_hooks)
+            finally:
+                self._seeding_task = None
+                self._seeded.set()
             await self._until_reachable()
             await self._recover()
 
