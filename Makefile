@@ -37,11 +37,15 @@ migrate: install ## Apply database migrations to ARONA_DATABASE_URL
 CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: browser
-browser: ## Install Debian's Chromium for the browser tests if it is missing (never a download by Playwright)
-	@if [ ! -x "$(CHROMIUM)" ]; then \
+browser: install ## Install a Chromium for the browser tests if missing: Debian's package, else Playwright's build
+	@if [ -x "$(CHROMIUM)" ]; then exit 0; fi; \
+	if command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Debian's chromium for the browser tests"; \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 		else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi; \
+	else \
+		echo "no apt-get: installing Playwright's Chromium for the browser tests"; \
+		$(RUN) playwright install chromium; \
 	fi
 
 .PHONY: test

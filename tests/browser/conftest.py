@@ -1,7 +1,8 @@
 """Browser tests: a live Arona (uvicorn on a loopback port, its own PostgreSQL database
 and Redis), driven by Playwright in Debian's Chromium (``/usr/bin/chromium``, installed by
-``make browser``; never a browser download). A failing test leaves a screenshot under
-``test-results/browser/``.
+``make browser``; the tests never download a browser). On a machine without apt,
+``make browser`` installs Playwright's own Chromium instead. A failing test leaves a
+screenshot under ``test-results/browser/``.
 """
 
 from __future__ import annotations
@@ -70,18 +71,22 @@ async def site(
         yield Site(url=url, resources=resources, admin_email=email, http=http)
 
 
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (Debian's chromium package)")
-    return CHROMIUM
+def _chromium_executable(bundled: str) -> str:
+    """Debian's Chromium (or ``ARONA_TEST_CHROMIUM``); on a machine without apt,
+    ``make browser`` installs Playwright's own build instead, used when present."""
+    if Path(CHROMIUM).exists():
+        return CHROMIUM
+    if "ARONA_TEST_CHROMIUM" not in os.environ and Path(bundled).exists():
+        return bundled
+    pytest.fail(f"{CHROMIUM} is missing: run `make browser`")
 
 
 @pytest.fixture(scope="session")
-async def browser(chromium: str) -> AsyncIterator[Browser]:
+async def browser() -> AsyncIterator[Browser]:
     async with async_playwright() as playwright:
+        executable = _chromium_executable(playwright.chromium.executable_path)
         launched = await playwright.chromium.launch(
-            executable_path=chromium, headless=True, args=["--no-sandbox"]
+            executable_path=executable, headless=True, args=["--no-sandbox"]
         )
         yield launched
         await launched.close()
