@@ -71,6 +71,10 @@ screenshots: install browser ## Screenshots for docs/console.md (run `make demo`
 bench: install ## Side-by-side benchmark: direct vs Arona vs LiteLLM (~8 min; BENCH_ARGS=--quick)
 	$(RUN) python -m bench $(BENCH_ARGS)
 
+.PHONY: bench-login
+bench-login: install ## Failed-login timing: wrong password vs unknown email (~30 s)
+	$(RUN) python -m bench.login_timing
+
 .PHONY: clean
 clean: ## Remove local caches and the demo data dir
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .arona

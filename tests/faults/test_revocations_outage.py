@@ -1,4 +1,5 @@
-"""Revoked tokens stay refused while Redis, which holds the revocation marks, is down.
+"""Revoked tokens stay refused while Redis, which holds the revocation marks, is down,
+and signing in keeps working.
 
 The replica runs on PostgreSQL and a Redis of the test's own. A runtime token is
 revoked, a project with a live runtime token is deleted, and one login is logged out;
@@ -87,6 +88,12 @@ async def test_revocations_hold_through_a_redis_outage(
         await assert_revocations_hold()
         ready = (await client.get("/readyz")).json()
         assert ready["checks"]["redis"] == "unreachable"
+        # Logging in still works (its throttling counts on this replica meanwhile),
+        # and so does the new session.
+        during = await login(client, email)
+        assert (
+            await client.get("/api/auth/me", headers=bearer(during["accessToken"]))
+        ).status_code == 200
 
         redis.start()  # empty: every mark it held is gone
         # The replica switches back and writes the database's marks to Redis again.

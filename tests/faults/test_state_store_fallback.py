@@ -90,13 +90,25 @@ async def test_quota_admission_never_falls_back_to_a_per_replica_count(
     redis_server.kill()
     with pytest.raises(StateStoreUnavailableError):
         await store.admit_windows(windows)
-    with pytest.raises(StateStoreUnavailableError):
-        await store.admit("q:x", 1, 10, 60.0)
     assert store.degraded
     redis_server.start()
     async with asyncio.timeout(5):
         await store.wait_recovered()
     assert (await store.admit_windows([WindowLimit("q:m", 10, 60.0)])).allowed
+
+
+async def test_rate_limit_windows_count_locally_while_redis_is_down(
+    store: FallbackStateStore, redis_server: RedisInstance
+) -> None:
+    """Login throttling (``admit``) keeps working on this replica's own count."""
+    assert (await store.admit("login:x", 1, 2, 60.0)).allowed
+    redis_server.kill()
+    assert (await store.admit("login:x", 1, 2, 60.0)).allowed  # a fresh local window
+    assert (await store.admit("login:x", 1, 2, 60.0)).allowed
+    refused = await store.admit("login:x", 1, 2, 60.0)
+    assert not refused.allowed
+    assert refused.retry_after > 0
+    assert store.degraded
 
 
 async def test_hooks_run_once_on_the_way_down_and_once_on_the_way_back(

@@ -103,7 +103,10 @@ class StateStore(Protocol):
 
     async def admit(self, key: str, amount: int, limit: int, window: float) -> WindowDecision:
         """Atomically add ``amount`` to the fixed window at ``key`` unless that would exceed
-        ``limit``. The window starts at the first admission and lasts ``window`` seconds."""
+        ``limit``. The window starts at the first admission and lasts ``window`` seconds.
+
+        For rate limits that tolerate a per-replica count during a Redis outage (login
+        throttling); exact quotas use ``admit_windows``, which never falls back."""
         ...
 
     async def admit_windows(

@@ -9,9 +9,12 @@ probing) and switches back when it answers, dropping what the local memory held.
 
 Two things are deliberately not served locally:
 
-- quota admission (``admit``, ``admit_windows``) raises ``StateStoreUnavailableError``
-  instead: a count kept per replica would let N replicas admit N times the limit, so
-  each project's own policy decides (``QuotaGate``: fail open or fail closed);
+- quota admission (``admit_windows``) raises ``StateStoreUnavailableError`` instead: a
+  count kept per replica would let N replicas admit N times the limit, so each
+  project's own policy decides (``QuotaGate``: fail open or fail closed). Plain
+  ``admit`` (login throttling) does fall back: N replicas allowing N times the attempts
+  for the outage still bounds a password guesser, and refusing every login would lock
+  everyone out of the console;
 - nothing is copied back to Redis on recovery: local pins and verdicts were this
   replica's guesses during the outage, and Redis holds the cluster's.
 
@@ -230,7 +233,11 @@ class FallbackStateStore:
         )
 
     async def admit(self, key: str, amount: int, limit: int, window: float) -> WindowDecision:
-        return await self._strict("admit", lambda: self.shared.admit(key, amount, limit, window))
+        return await self._call(
+            "admit",
+            lambda: self.shared.admit(key, amount, limit, window),
+            lambda: self.local.admit(key, amount, limit, window),
+        )
 
     async def admit_windows(
         self, windows: Sequence[WindowLimit], amount: int = 1
