@@ -70,6 +70,13 @@ def configure_logging(settings: Settings) -> None:
         root.removeHandler(installed)
     root.addHandler(handler)
     root.setLevel(level)
+    # uvicorn's own logging config (installed when uvicorn runs the app with its
+    # defaults, e.g. `uvicorn app.server.asgi:app`) gives its loggers their own
+    # plain-text handlers and stops propagation: take them back, one format for all.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        server_logger = logging.getLogger(name)
+        server_logger.handlers.clear()
+        server_logger.propagate = True
     # httpx/httpcore log every upstream request at INFO: one line per relayed call
     # (and per probe) is noise and costs CPU on the hot path. Failures are ours to log.
     for chatty in ("httpx", "httpcore"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import logging.config
 import shutil
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from dataclasses import replace
 import httpx
 import openai
 import pytest
+import uvicorn.config
 from litestar import get
 from litestar.testing import AsyncTestClient
 
@@ -152,6 +154,9 @@ async def test_json_logs_are_one_object_per_line_with_the_request_id(
         logging.getLogger("uvicorn.error").warning("stdlib line inside the request")
         raise RuntimeError("boom")
 
+    # As the uvicorn CLI leaves things before it imports the app: its own handlers on
+    # its loggers, propagation off. The app's configuration takes them back.
+    logging.config.dictConfig(uvicorn.config.LOGGING_CONFIG)
     app = make_app(replace(sqlite_settings, log_format="json", log_level="INFO"))
     app.register(explode)
     async with AsyncTestClient(app=app) as client:
