@@ -161,8 +161,15 @@ class AgentSession:
             if row is None:
                 return self._unknown(frame.model_id)
             if frame.ok and frame.port is not None:
+                # The backend's name goes in with "running" (one write): a reader never
+                # sees a running deployment without it. The backend follows at once.
                 row = await deployments.save(
-                    row, status="running", port=frame.port, progress=100, message="running"
+                    row,
+                    status="running",
+                    port=frame.port,
+                    progress=100,
+                    message="running",
+                    backend_name=backend_name(frame.model_id),
                 )
             else:
                 error = frame.error or (
@@ -177,12 +184,18 @@ class AgentSession:
     async def _record_backend(self, deployment_id: UUID, model_id: str) -> None:
         try:
             await self._deps.backends.sync(model_id)
-            values: dict[str, object] = {"backend_name": backend_name(model_id)}
         except Exception as exc:
             logger.warning("could not register an agent backend", model=model_id, error=repr(exc))
-            values = {"status": "failed", "error": f"could not register the backend: {exc}"}
-        async with AgentDeploymentService.new(config=self._deps.db_config) as deployments:
-            row = await deployments.save(await deployments.require(deployment_id), **values)
+            async with AgentDeploymentService.new(config=self._deps.db_config) as deployments:
+                row = await deployments.save(
+                    await deployments.require(deployment_id),
+                    status="failed",
+                    backend_name=None,
+                    error=f"could not register the backend: {exc}",
+                )
+        else:
+            async with AgentDeploymentService.new(config=self._deps.db_config) as deployments:
+                row = await deployments.require(deployment_id)
         await events.deployment_changed(self._deps.bus, row)
 
     async def _stop_result(self, frame: StopResult) -> None:
