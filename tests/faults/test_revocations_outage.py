@@ -11,9 +11,7 @@ the marks are written to it again, and the answers do not change.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -30,19 +28,10 @@ pytestmark = pytest.mark.faults
 RECOVERY_TIMEOUT_SECONDS = 15.0
 
 
-@pytest.fixture
-async def redis(tmp_path: Path) -> AsyncIterator[RedisInstance]:
-    server = RedisInstance(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
 async def test_revocations_hold_through_a_redis_outage(
-    make_app: AppFactory, pg_settings: Settings, redis: RedisInstance
+    make_app: AppFactory, pg_settings: Settings, redis_server: RedisInstance
 ) -> None:
+    redis = redis_server
     settings = replace(pg_settings, redis_url=redis.url)
     async with AsyncTestClient(app=make_app(settings)) as client:
         email = unique_email("outage")

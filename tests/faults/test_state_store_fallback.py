@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -16,16 +15,6 @@ from app.lib.state.redis import RedisStateStore
 from tests.faults.redis_instance import RedisInstance
 
 pytestmark = pytest.mark.faults
-
-
-@pytest.fixture
-async def redis_server(tmp_path: Path) -> AsyncIterator[RedisInstance]:
-    server = RedisInstance(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture
