@@ -19,7 +19,12 @@ def main() -> None:
 
 @main.command()
 @click.option("--host", default=None, help="Bind address (default ARONA_HOST or 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="Port (default ARONA_PORT or 8420).")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Port (default ARONA_PORT or 8420; 0 picks a free one).",
+)
 def serve(host: str | None, port: int | None) -> None:
     """Serve the control plane (the database must be migrated first)."""
     overrides: dict[str, object] = {}

@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import gc
 import socket
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
+import structlog
 
 from app.lib.settings import Settings, SettingsError, load_settings
 
@@ -108,16 +110,27 @@ def serve_app(settings: Settings) -> None:
     check_seed_file(settings)
     import uvicorn
 
-    server = uvicorn.Server(uvicorn_config(settings))
-    tune_gc()
-    server.run()
+    with reserve_port(settings.host, settings.port, "Arona") as sock:
+        bound = replace(settings, port=int(sock.getsockname()[1]))
+        server = uvicorn.Server(uvicorn_config(bound))  # configures logging
+        # uvicorn names the address only when it binds the socket itself.
+        structlog.get_logger().info("serving", url=f"http://{_url_host(bound)}:{bound.port}")
+        tune_gc()
+        server.run(sockets=[sock])
+
+
+def _url_host(settings: Settings) -> str:
+    return f"[{settings.host}]" if ":" in settings.host else settings.host
 
 
 def serve_with_fakes(
-    settings: Settings, fakes: list[tuple[FakeUpstream, int]], engine: tuple[EchoEngine, int]
+    settings: Settings,
+    sock: socket.socket,
+    fakes: list[tuple[FakeUpstream, socket.socket]],
+    engine: tuple[EchoEngine, socket.socket],
 ) -> None:
-    """Serve Arona, the bundled fake upstreams and the reference engine in one process
-    and one event loop."""
+    """Serve Arona on ``sock``, the bundled fake upstreams and the reference engine on
+    theirs, in one process and one event loop."""
     check_ready_to_serve(settings)
     check_seed_file(settings)
     import uvicorn
@@ -126,20 +139,28 @@ def serve_with_fakes(
 
     async def run() -> None:
         async with contextlib.AsyncExitStack() as stack:
-            for fake, port in fakes:
-                await stack.enter_async_context(serve_asgi(fake, host=settings.host, port=port))
-            echo, engine_port = engine
-            await echo.start(settings.host, engine_port)
+            for fake, fake_sock in fakes:
+                await stack.enter_async_context(serve_asgi(fake, sock=fake_sock))
+            echo, engine_sock = engine
+            await echo.start(sock=engine_sock)
             stack.push_async_callback(echo.stop)
             server = uvicorn.Server(uvicorn_config(settings))
             tune_gc()
-            await server.serve()
+            await server.serve(sockets=[sock])
 
     asyncio.run(run())
 
 
-def free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def reserve_port(host: str, port: int, purpose: str) -> socket.socket:
+    """A socket bound to ``(host, port)`` (0: a free port), held from now on so that
+    nothing else takes the port while the app starts (uvicorn would bind only after
+    the app's start-up, which opens connections of its own on ephemeral ports)."""
+    from app.fakes.serve import bind_tcp
+
+    try:
+        return bind_tcp(host, port)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise click.ClickException(
+            f"cannot listen on {host}:{port} for {purpose}: {reason}"
+        ) from exc

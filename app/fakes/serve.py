@@ -19,7 +19,7 @@ import uvicorn
 from app.fakes.common import ASGIApp
 from app.lib.tasks import wait_for_stop_signal
 
-__all__ = ["run_in_foreground", "serve_asgi", "wait_for_stop_signal"]
+__all__ = ["bind_tcp", "run_in_foreground", "serve_asgi", "wait_for_stop_signal"]
 
 STARTUP_TIMEOUT_SECONDS = 10.0
 GRACEFUL_SHUTDOWN_SECONDS = 1
@@ -47,19 +47,33 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
-@contextlib.asynccontextmanager
-async def serve_asgi(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
-    """Run ``app`` until the block exits; yields its base URL (``http://host:port``)."""
+def bind_tcp(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``(host, port)`` (0: a free port the kernel picks), not
+    listening yet: connections are refused until a server starts on it, but the port
+    is held, so no other listener and no outgoing connection can take it meanwhile."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose
     # proto says TCP, and without it small responses stall ~40 ms on delayed ACKs.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
     except OSError:
         sock.close()
         raise
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def serve_asgi(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None
+) -> AsyncIterator[str]:
+    """Run ``app`` until the block exits; yields its base URL (``http://host:port``).
+
+    ``sock``, when given, is a socket already bound (see ``bind_tcp``) to serve on
+    instead of ``host``/``port``; it is closed when the block exits.
+    """
+    sock = sock if sock is not None else bind_tcp(host, port)
     bound_port = sock.getsockname()[1]
     config = _EmbeddedConfig(
         app,

@@ -27,12 +27,6 @@ from tests.conftest import JWT_SECRET
 ARONA = str(Path(sys.executable).parent / "arona")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARONA_")}
     env["ARONA_DATA_DIR"] = str(tmp_path / "data")
@@ -64,33 +58,31 @@ class Demo(NamedTuple):
     process: subprocess.Popen[str]
 
 
+FREE_PORTS = ["--port", "0", "--upstream-port", "0", "--pool-port", "0", "--engine-port", "0"]
 POOL = {"vllm-a": ["general"], "vllm-b": ["general", "smart"], "vllm-c": ["general", "smart"]}
+
+
+def _output_of(process: subprocess.Popen[str], seen: list[str]) -> str:
+    """What the demo printed so far, and the rest once it is stopped."""
+    if process.poll() is None:
+        process.kill()
+    rest, _ = process.communicate(timeout=20)
+    return "".join(seen) + (rest or "")
 
 
 @contextlib.contextmanager
 def _demo(tmp_path: Path) -> Iterator[Demo]:
-    """``arona demo`` on free ports (its fake vLLM pool too), until the block exits."""
-    port = _free_port()
-    env = _env(tmp_path, ARONA_PORT=str(port))
+    """``arona demo`` with every port picked free by the demo itself (a port chosen here
+    could be taken by another socket before the demo binds it), until the block exits."""
     process = subprocess.Popen(
-        [
-            ARONA,
-            "demo",
-            "--upstream-port",
-            str(_free_port()),
-            "--pool-port",
-            "0",
-            "--engine-port",
-            "0",
-        ],
-        env=env,
+        [ARONA, "demo", *FREE_PORTS],
+        env=_env(tmp_path),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     output: list[str] = []
-    base = f"http://127.0.0.1:{port}"
     try:
         assert process.stdout is not None
         deadline = time.monotonic() + 60
@@ -102,18 +94,17 @@ def _demo(tmp_path: Path) -> Iterator[Demo]:
             if "/api/runtime/me" in line:  # the banner's last line
                 break
         text = "".join(output)
+        health = re.search(r"health\s+(http://127\.0\.0\.1:\d+)/healthz", text)
         key = re.search(r"demo API key\s+(ak-\S+)", text)
         project = re.search(r"demo project\s+(\S+)", text)
         runtime = re.search(r"runtime token\s+(\S+)", text)
-        assert key, text
-        assert project, text
-        assert runtime, text
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        if not (health and key and project and runtime):
+            pytest.fail(f"the demo printed no banner:\n{_output_of(process, output)}")
+        base = health.group(1)
+        while not _healthy(base):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the demo never turned healthy:\n{_output_of(process, output)}")
+            time.sleep(0.1)
         yield Demo(base, key.group(1), project.group(1), runtime.group(1), text, process)
     finally:
         process.send_signal(signal.SIGINT)
@@ -121,6 +112,13 @@ def _demo(tmp_path: Path) -> Iterator[Demo]:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 @pytest.fixture
@@ -208,9 +206,8 @@ def test_demo_registers_the_reference_engine_and_chats_through_it(demo_server):
 
 
 def test_engine_echo_command_serves_a_cep_handshake(tmp_path):
-    port = _free_port()
     process = subprocess.Popen(
-        [ARONA, "engine-echo", "--port", str(port), "--token", "t0k"],
+        [ARONA, "engine-echo", "--port", "0", "--token", "t0k"],
         env=_env(tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -218,10 +215,11 @@ def test_engine_echo_command_serves_a_cep_handshake(tmp_path):
     )
     try:
         assert process.stdout is not None
-        assert f"listening on ws://127.0.0.1:{port}" in process.stdout.readline()
+        listening = re.search(r"listening on (ws://127\.0\.0\.1:\d+)", process.stdout.readline())
+        assert listening
 
         async def handshake(token: str) -> dict[str, Any]:
-            async with connect(f"ws://127.0.0.1:{port}") as ws:
+            async with connect(listening.group(1)) as ws:
                 await ws.send(
                     json.dumps(
                         {
@@ -266,6 +264,21 @@ def test_demo_stops_on_ctrl_c_with_a_goodbye_and_status_0(tmp_path):
     assert "Arona demo stopped" in rest, rest
     assert "Aborted" not in rest
     assert "Traceback" not in rest
+
+
+def test_demo_on_a_taken_port_says_so_before_touching_its_data(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = _run(["demo", "--port", "0", "--engine-port", str(port)], _env(tmp_path))
+    assert refused.returncode == 1, refused.stdout
+    assert f"cannot listen on 127.0.0.1:{port} for the CEP engine" in refused.stderr
+    assert "in use" in refused.stderr
+    assert not (tmp_path / "data").exists()
+    out_of_range = _run(["demo", "--port", "70000"], _env(tmp_path))
+    assert out_of_range.returncode == 2
+    assert "70000 is not in the range 0<=x<=65535" in out_of_range.stderr
 
 
 def test_demo_admin_can_log_in(demo_server, tmp_path):
@@ -365,6 +378,64 @@ def test_serve_refuses_a_broken_vllm_backends_file(tmp_path):
     refused = _run(["serve"], {**env, "ARONA_VLLM_BACKENDS_FILE": str(broken)})
     assert refused.returncode != 0
     assert f"{broken}: backends[0] ('gpu'): type must be \"vllm\"" in refused.stderr
+
+
+def _migrated_env(tmp_path: Path) -> dict[str, str]:
+    from app.lib.vault import generate_key_spec
+
+    env = _env(
+        tmp_path,
+        ARONA_JWT_SECRET=JWT_SECRET,
+        ARONA_VAULT_KEYS=generate_key_spec("k1"),
+        ARONA_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'served.db'}",
+        ARONA_LOG_LEVEL="INFO",
+    )
+    migrated = _run(["migrate"], env)
+    assert migrated.returncode == 0, migrated.stderr
+    return env
+
+
+def test_serve_on_port_0_logs_the_address_it_serves_on(tmp_path):
+    process = subprocess.Popen(
+        [ARONA, "serve", "--port", "0"],
+        env=_migrated_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            seen.append(line)
+            if served := re.search(r"serving\s+url=(http://127\.0\.0\.1:(\d+))$", line.strip()):
+                break
+        else:
+            pytest.fail(f"no address logged:\n{''.join(seen)}")
+        assert served.group(2) != "0"
+        deadline = time.monotonic() + 30
+        while not _healthy(served.group(1)):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"never served:\n{_output_of(process, seen)}")
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=20)
+
+
+def test_serve_on_a_taken_port_says_so_before_starting_the_app(tmp_path):
+    env = _migrated_env(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = _run(["serve", "--port", str(port)], env)
+    assert refused.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port} for Arona" in refused.stderr
+    assert "in use" in refused.stderr
+    # At INFO, a started app logs "Started server process"; this one never got there.
+    assert "server process" not in refused.stdout + refused.stderr
 
 
 def test_serve_refuses_missing_or_short_jwt_secret(tmp_path):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.common import GRACEFUL_SHUTDOWN_SECONDS, free_port
+from app.cli.common import GRACEFUL_SHUTDOWN_SECONDS
 from app.lib.vault import generate_key_spec
+from tests.cluster.support import free_port
 from tests.conftest import JWT_SECRET, REDIS_URL
 from tests.infra.support import HEALTHCHECK_SCRIPT
 
@@ -55,7 +56,7 @@ async def wait_until_listening(port: int, process: asyncio.subprocess.Process, l
 
 @pytest.fixture
 async def served_port(pg_database: str, tmp_path: Path) -> AsyncIterator[int]:
-    port = free_port("127.0.0.1")
+    port = free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("ARONA_")}
     env |= {
         "ARONA_DATABASE_URL": pg_database,
@@ -113,13 +114,13 @@ async def test_healthcheck_fails_on_an_error_status(served_port: int) -> None:
 
 
 async def test_healthcheck_fails_when_nothing_listens() -> None:
-    code, message = await run_check(free_port("127.0.0.1"), "/healthz")
+    code, message = await run_check(free_port(), "/healthz")
     assert code == 1
     assert "unhealthy" in message
     assert "refused" in message.lower()
 
 
 async def test_healthcheck_rejects_a_path_without_a_slash() -> None:
-    code, message = await run_check(free_port("127.0.0.1"), "healthz")
+    code, message = await run_check(free_port(), "healthz")
     assert code == 2
     assert "usage" in message
