@@ -22,12 +22,7 @@ from litestar.testing import AsyncTestClient
 from tests.api.live_server import live_server
 from tests.api.support import create_api_key
 from tests.helpers import assert_error, bearer, new_project, new_user
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.ports import free_port
 
 
 async def test_unknown_route_is_a_404_in_the_error_shape(any_client):
@@ -236,7 +231,7 @@ async def test_readyz_without_redis_configured(make_app, sqlite_settings):
 async def test_readyz_reports_degraded_when_redis_goes_away(make_app, pg_settings):
     redis_server = shutil.which("redis-server")
     assert redis_server, "redis-server must be installed (.ci/run installs services)"
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(  # noqa: ASYNC220 (a daemon started once; no waiting)
         [
             redis_server,

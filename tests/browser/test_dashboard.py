@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import uuid
 
 import pytest
@@ -23,17 +22,11 @@ from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
 from tests.browser.conftest import ADMIN_PASSWORD, Site, log_in_as_admin
+from tests.ports import free_port
 
 OK = re.compile(r"(^|\s)ok(\s|$)")
 BAD = re.compile(r"(^|\s)bad(\s|$)")
 RED = "rgb(255, 244, 243)"  # tr:has(.health-badge.bad) in arona.css
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _name(tag: str) -> str:
@@ -68,7 +61,7 @@ def _csp_errors(page: Page) -> list[str]:
 
 async def test_a_backend_row_turns_red_and_green_live(site: Site, page: Page) -> None:
     errors = _csp_errors(page)
-    port, name = _free_port(), _name("live")
+    port, name = free_port(), _name("live")
     fake = FakeVllm("dashboard-vllm", models=["qwen3-8b"])
     await log_in_as_admin(page, site)
     await page.get_by_role("link", name="Dashboard").click()

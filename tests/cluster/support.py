@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from tests.conftest import (
     drop_database,
 )
 from tests.helpers import PASSWORD, bearer, unique_email
+from tests.ports import free_port
 
 ARONA = str(Path(sys.executable).parent / "arona")
 ADMIN_TOKEN = "cluster-admin-" + "c" * 40
@@ -51,12 +51,6 @@ POLL_INTERVAL_SECONDS = 0.03
 PORT_TAKEN = "cannot listen on"
 """What ``arona serve`` says when its port is in use."""
 PORT_RESPAWNS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def unique(tag: str) -> str:

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import datetime
 import shutil
-import socket
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from uuid import UUID, uuid4
@@ -34,6 +33,7 @@ from app.lib.state.base import MultiWindowDecision, StateStore, WindowLimit
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
 from tests.lib.conftest import Harness
+from tests.ports import free_port
 
 CLOSED_PORT_URL = "redis://127.0.0.1:1/0"
 
@@ -475,13 +475,6 @@ async def test_fail_closed_refuses_with_503_when_redis_is_unreachable(limits: Li
     assert usage["day"].limit == 100
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class OwnRedis:
     """A redis-server this test starts, stops and restarts on one port."""
 
@@ -490,7 +483,7 @@ class OwnRedis:
         assert binary, "redis-server is needed for this test"
         self.binary = binary
         self.workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self.process: asyncio.subprocess.Process | None = None
 
     @property

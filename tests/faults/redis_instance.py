@@ -9,13 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.ports import free_port
+
 START_TIMEOUT_SECONDS = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RedisInstance:
@@ -25,7 +21,7 @@ class RedisInstance:
             raise RuntimeError("redis-server is not installed")
         self._binary = binary
         self._workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -36,8 +36,8 @@ from app.domain.overrides.index import LoadedOverride, OverrideIndex
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.lib.keyed_cache import STALE_RETRY_SECONDS
 from app.routing.profiles import Profile, ProfileTable
-from tests.cluster.support import free_port
 from tests.conftest import base_settings
+from tests.ports import free_port
 
 pytestmark = pytest.mark.faults
 
