@@ -34,6 +34,7 @@ from tests.api.auth_support import fresh_database
 from tests.api.support import eventually
 from tests.conftest import AppFactory, with_settings
 from tests.helpers import bearer, new_project, new_user
+from tests.ports import free_port
 
 ADMIN_TOKEN = "agents-admin-" + "a" * 32
 ADMIN = bearer(ADMIN_TOKEN)
@@ -141,12 +142,14 @@ class Panel:
 
 
 @contextlib.asynccontextmanager
-async def serve_panel(app: Litestar, port: int = 0) -> AsyncIterator[Panel]:
+async def serve_panel(app: Litestar, port: int | None = None) -> AsyncIterator[Panel]:
     """Like ``tests.api.live_server`` but on a chosen port (a restarted panel keeps its
-    address, as agents expect)."""
+    address, as agents expect). By default a port below the ephemeral range, so that
+    no connection takes it while the panel is down (an agent reconnecting to it could
+    even connect to itself on an ephemeral one)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
+    sock.bind(("127.0.0.1", free_port() if port is None else port))
     bound = sock.getsockname()[1]
     config = uvicorn.Config(
         app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=2

@@ -166,15 +166,15 @@ async def test_an_alias_set_on_one_replica_applies_on_the_other(
         async def resolved(target: str) -> bool:
             return bool(table_b.resolve(alias) == target)
 
-        await eventually(lambda: resolved("target-1"), within=1.0)
+        await eventually(lambda: resolved("target-1"), within=5.0)
         assert (await set_alias(a, alias, "target-2")).status_code == 201
-        await eventually(lambda: resolved("target-2"), within=1.0)
+        await eventually(lambda: resolved("target-2"), within=5.0)
         assert (await a.delete(f"/api/admin/aliases/{alias}", headers=ADMIN)).status_code == 204
 
         async def gone() -> bool:
             return alias not in table_b
 
-        await eventually(gone, within=1.0)
+        await eventually(gone, within=5.0)
 
 
 async def test_an_alias_with_a_slash_can_be_deleted(admin_client: Client) -> None:

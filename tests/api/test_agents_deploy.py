@@ -168,13 +168,23 @@ async def test_a_deployed_model_is_routed_then_replaced_then_stopped(panel: Pane
         # Progress reached dashboards over the bus.
         seen: list[dict[str, Any]] = []
 
+        async def collect() -> None:
+            async for event in events:
+                seen.append(event)
+
+        # One reader for the whole wait: a read cancelled mid-way by a timeout could
+        # lose the event it was receiving.
+        collector = asyncio.create_task(collect())
+
         async def got_running() -> bool:
-            async with asyncio.timeout(0.2):
-                with contextlib.suppress(TimeoutError):
-                    seen.append(await anext(events))
             return any(e.get("status") == "running" for e in seen)
 
-        await eventually(got_running, within=3.0)
+        try:
+            await eventually(got_running, within=10.0)
+        finally:
+            collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await collector
         assert any(e.get("progress") == 40 for e in seen), seen
 
         # Deploying again replaces the backend.

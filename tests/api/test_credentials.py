@@ -314,7 +314,10 @@ async def test_a_flood_of_invalid_keys_is_rejected_from_memory(client: Client) -
     # A token bucket of 20 lookups/s (burst 20): the budget grows with time, never
     # with the number of attempts.
     assert spent <= 20 + 20 * elapsed + 1, (spent, elapsed)
-    assert spent < attempts / 4, (spent, elapsed)
+    # Without the bucket every attempt would cost a lookup. (The exact budget is
+    # checked with a fake clock in tests/unit/test_api_key_index.py; here the
+    # elapsed time, and so the budget, depends on how loaded the machine is.)
+    assert spent < attempts, (spent, elapsed)
 
     # A valid key still resolves from memory, without a lookup.
     lookups_before = index.database_lookups
@@ -357,7 +360,7 @@ async def test_keys_created_and_revoked_on_one_replica_apply_on_another(
             return key_hash in index_b
 
         # Delivered by an event, without B asking the database.
-        await eventually(known_on_b, within=1.0)
+        await eventually(known_on_b, within=5.0)
         on_b = await replica_b.get(f"/api/projects/{project['id']}", headers=bearer(key["key"]))
         assert on_b.status_code == 200, on_b.text
         assert on_b.json()["role"] == "api_key"
@@ -372,7 +375,7 @@ async def test_keys_created_and_revoked_on_one_replica_apply_on_another(
             response = await replica_b.get("/api/projects", headers=bearer(key["key"]))
             return response.status_code == 401
 
-        await eventually(refused_on_b, within=1.0)
+        await eventually(refused_on_b, within=5.0)
         assert key_hash not in index_b
         assert_error(
             await replica_b.get("/api/projects", headers=bearer(key["key"])), 401, "invalid_api_key"
@@ -385,7 +388,7 @@ async def test_keys_created_and_revoked_on_one_replica_apply_on_another(
         async def other_known_on_b() -> bool:
             return other_hash in index_b
 
-        await eventually(other_known_on_b, within=1.0)
+        await eventually(other_known_on_b, within=5.0)
         assert (
             await replica_a.delete(f"/api/projects/{project['id']}", headers=headers)
         ).status_code == 204
@@ -394,7 +397,7 @@ async def test_keys_created_and_revoked_on_one_replica_apply_on_another(
             response = await replica_b.get("/api/projects", headers=bearer(other["key"]))
             return response.status_code == 401
 
-        await eventually(other_refused_on_b, within=1.0)
+        await eventually(other_refused_on_b, within=5.0)
 
 
 async def test_a_runtime_token_revoked_on_one_replica_is_refused_on_another(

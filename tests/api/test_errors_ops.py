@@ -6,9 +6,6 @@ import asyncio
 import json
 import logging
 import logging.config
-import shutil
-import socket
-import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -21,8 +18,8 @@ from litestar.testing import AsyncTestClient
 
 from tests.api.live_server import live_server
 from tests.api.support import create_api_key
+from tests.faults.redis_instance import RedisInstance
 from tests.helpers import assert_error, bearer, new_project, new_user
-from tests.ports import free_port
 
 
 async def test_unknown_route_is_a_404_in_the_error_shape(any_client):
@@ -228,37 +225,14 @@ async def test_readyz_without_redis_configured(make_app, sqlite_settings):
     }
 
 
-async def test_readyz_reports_degraded_when_redis_goes_away(make_app, pg_settings):
-    redis_server = shutil.which("redis-server")
-    assert redis_server, "redis-server must be installed (.ci/run installs services)"
-    port = free_port()
-    process = subprocess.Popen(  # noqa: ASYNC220 (a daemon started once; no waiting)
-        [
-            redis_server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+async def test_readyz_reports_degraded_when_redis_goes_away(make_app, pg_settings, tmp_path):
+    redis = RedisInstance(tmp_path)  # of its own: the shared Redis is never stopped
+    await asyncio.to_thread(redis.start)
     try:
-        for _ in range(50):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
-        settings = replace(pg_settings, redis_url=f"redis://127.0.0.1:{port}/0")
+        settings = replace(pg_settings, redis_url=redis.url)
         async with AsyncTestClient(app=make_app(settings)) as client:
             assert (await client.get("/readyz")).status_code == 200
-            process.terminate()
-            process.wait(timeout=10)
+            await asyncio.to_thread(redis.kill)
             strict = await client.get("/readyz")
             # The strict view (monitors): a configured dependency is unreachable.
             assert strict.status_code == 503
@@ -273,8 +247,7 @@ async def test_readyz_reports_degraded_when_redis_goes_away(make_app, pg_setting
             # Liveness is about the process, not its dependencies.
             assert (await client.get("/healthz")).status_code == 200
     finally:
-        if process.poll() is None:
-            process.kill()
+        await asyncio.to_thread(redis.kill)
 
 
 async def test_metrics_count_requests_by_route_template(client):

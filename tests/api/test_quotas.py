@@ -65,21 +65,23 @@ def parse_time(value: str) -> datetime.datetime:
 
 async def test_a_new_project_has_no_limits(both_client: Client) -> None:
     tenant = await new_tenant(both_client)
+    # The windows are reckoned at some instant between these two.
+    before = datetime.datetime.now(datetime.UTC)
     body = await get_quota(both_client, tenant.project_id, tenant.owner)
+    after = datetime.datetime.now(datetime.UTC)
     assert set(body) == {"limits", "adminLimits", "ownerLimits", "failClosed", "usage"}
     assert body["limits"] == body["adminLimits"] == body["ownerLimits"] == NO_LIMITS
     assert body["failClosed"] is False
     assert set(body["usage"]) == {"minute", "day", "month"}
-    now = datetime.datetime.now(datetime.UTC)
     resets = {name: parse_time(w["resetsAt"]) for name, w in body["usage"].items()}
     for window in body["usage"].values():
         assert set(window) == {"used", "limit", "resetsAt"}
         assert window["used"] == 0
         assert window["limit"] is None
-    assert now < resets["minute"] <= now + datetime.timedelta(seconds=61)
+    assert before < resets["minute"] <= after + datetime.timedelta(seconds=60)
     assert resets["minute"].second == 0
     assert (resets["day"].hour, resets["day"].minute) == (0, 0)
-    assert now < resets["day"] <= now + datetime.timedelta(days=1, seconds=1)
+    assert before < resets["day"] <= after + datetime.timedelta(days=1)
     assert resets["month"].day == 1
     assert resets["month"] >= resets["day"]
 
@@ -322,7 +324,7 @@ async def test_changes_reach_every_replica_at_once(
         async def limited_on_b() -> bool:
             return (await gate_b.limits.get(project_id)).per_day == 3
 
-        await eventually(limited_on_b, within=1.0)
+        await eventually(limited_on_b, within=5.0)
         results = [await _refused(gate_b, project_id) for _ in range(5)]
         assert results == [False, False, False, True, True]
         # A's view of the consumption is B's: one Redis for every replica.
@@ -338,7 +340,7 @@ async def test_changes_reach_every_replica_at_once(
         async def closed_on_a() -> bool:
             return await _refused(gate_a, project_id)
 
-        await eventually(closed_on_a, within=1.0)
+        await eventually(closed_on_a, within=5.0)
 
 
 async def test_usage_shows_admitted_requests_on_the_memory_store(

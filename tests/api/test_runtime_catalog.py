@@ -280,7 +280,7 @@ async def test_changes_on_one_replica_reach_the_others_catalog(
             async def holds() -> bool:
                 return bool(check(await on_b()))
 
-            await eventually(holds, within=2.0)
+            await eventually(holds, within=5.0)
 
         # B learns of "llm" (created on A before B's first request or through the event).
         await b_shows(lambda body: [llm["id"] for llm in body["llms"]] == ["llm"])

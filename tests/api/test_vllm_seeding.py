@@ -451,7 +451,7 @@ async def test_a_replica_that_seeds_tells_the_running_ones(
             async def arrived() -> bool:
                 return registry.get(name) is not None
 
-            await eventually(arrived, within=2.0)
+            await eventually(arrived, within=5.0)
             state = registry.get(name)
             assert state is not None
             assert state.spec.tags == frozenset({"smart"})

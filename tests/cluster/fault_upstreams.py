@@ -4,11 +4,16 @@ Three faults, each behind an OpenAI-compatible address the replicas can register
 
 - **hang**: a ``FakeOpenAI`` told to hold every API call (``FakeControl.hang``);
 - **slow**: a ``FakeOpenAI`` that answers after ``delay_seconds`` (past the replica's
-  upstream read timeout, or within it);
+  upstream read timeout; its model listing too, so health probes fail as well);
 - **reset**: a raw asyncio TCP server that answers the model listing (so health probes
   pass and routing keeps choosing it: only the breaker can stop it) and resets every
   other connection (``SO_LINGER`` 0, then close: the kernel sends RST) once it has read
   the request.
+
+A slow upstream that still answers within the timeout is ``gated_upstream``: a
+``FakeOpenAI`` whose chat calls wait at a gate the test opens once it has measured what
+it wanted while they were held; they are then answered (200). Its model listing is
+never held, so health probes pass however long a measurement takes.
 
 ``FaultyUpstream.reached()`` counts chat calls that got to the upstream, so a test can
 prove later calls were refused by the gateway without touching it. The loads: paced
@@ -70,6 +75,40 @@ class ChatCounter:
     def release(self) -> None:
         # serve_asgi frees held calls on shutdown through this hook.
         self.fake.release()
+
+
+class GatedUpstream(ChatCounter):
+    """Holds every chat call reaching ``fake`` while the gate is shut (``hold()``) and
+    passes it on to the fake once the gate opens (``let_through()``). Other requests
+    (the model listing the health probes read) pass at once."""
+
+    def __init__(self, fake: FakeOpenAI) -> None:
+        super().__init__(fake)
+        self.waiting = 0
+        """Chat calls held at the gate right now."""
+        self._gate = asyncio.Event()
+        self._gate.set()
+
+    def hold(self) -> None:
+        """Shut the gate: chat calls from now on wait at it."""
+        self._gate.clear()
+
+    def let_through(self) -> None:
+        """Open the gate: every held chat call goes on to the fake, later ones too."""
+        self._gate.set()
+
+    def release(self) -> None:
+        self.let_through()
+        super().release()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and str(scope["path"]).endswith(CHAT_SUFFIX):
+            self.waiting += 1
+            try:
+                await self._gate.wait()
+            finally:
+                self.waiting -= 1
+        await super().__call__(scope, receive, send)
 
 
 class ResettingUpstream:
@@ -158,6 +197,16 @@ async def faulty_upstream(
 
     async with serve_asgi(counter) as url:
         yield FaultyUpstream(url, begin, lambda: counter.chats, lambda: fake.stats.in_flight)
+
+
+@contextlib.asynccontextmanager
+async def gated_upstream(name: str, model: str) -> AsyncIterator[tuple[GatedUpstream, str]]:
+    """A healthy upstream serving ``model`` whose chat calls ``GatedUpstream`` can hold."""
+    fake = FakeOpenAI(name, models=[model])
+    fake.control.record_requests = False
+    gated = GatedUpstream(fake)
+    async with serve_asgi(gated) as url:
+        yield gated, url
 
 
 # -- loads ---------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from app.lib.settings import Settings
 from tests.api.support import eventually
 from tests.conftest import AppFactory, with_settings
 from tests.gateway.conftest import ADMIN, GatewayEnv, open_env, unique
+from tests.ports import free_port
 
 KEEPALIVE_SECONDS = 0.2
 NODE = "gpu-node-1"
@@ -134,10 +134,7 @@ async def test_an_unresolvable_url_is_refused_at_registration(
 async def test_a_url_is_refused_when_no_agent_listens(
     gateway_settings: Settings, make_app: AppFactory
 ) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
-    settings = bridged_settings(gateway_settings, f"ws://127.0.0.1:{closed_port}/ws")
+    settings = bridged_settings(gateway_settings, f"ws://127.0.0.1:{free_port()}/ws")
     async with contextlib.AsyncExitStack() as stack:
         env = await open_env(settings, make_app, stack)
         await _assert_refused(env, f"evernight://{NODE}/llm")

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db.models.usage import UsageRecord
+from tests.api.support import eventually
 from tests.gateway.conftest import GatewayEnv
 from tests.gateway.runtime_support import RuntimeEnv, runtime_env
 from tests.helpers import assert_error, bearer
@@ -226,10 +227,14 @@ async def test_lowest_vllm_score_wins_and_follows_the_metrics(rt: RuntimeEnv) ->
 
     idle_fake.waiting = 5  # 1 + 50 now scores worse than 4 + 20
     await asyncio.sleep(2.1)  # past the metrics' freshness
-    await rt.chat(await rt.conversation(modelProfileId=profile))  # triggers the refresh
-    await asyncio.sleep(0.2)
-    second = await rt.chat(await rt.conversation(modelProfileId=profile))
-    assert second.headers["x-arona-backend"] == busy
+
+    # The first call after that triggers a scrape in the background; calls route on
+    # the fresh figures once it has landed.
+    async def routed_to_busy() -> bool:
+        result = await rt.chat(await rt.conversation(modelProfileId=profile))
+        return result.headers["x-arona-backend"] == busy
+
+    await eventually(routed_to_busy, within=5.0, interval=0.05)
 
 
 async def test_a_failing_backend_is_retried_on_another_then_cools_down(rt: RuntimeEnv) -> None:

@@ -22,7 +22,7 @@ from tests.gateway.runtime_support import RuntimeEnv, runtime_env
 MODEL = "pool-model"
 SLOW_SECONDS = 0.4
 THRESHOLD_MS = 150
-WINDOW_SECONDS = 2.0
+WINDOW_SECONDS = 4.0
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,13 @@ from app.lib.state.redis import RedisStateStore
 
 from .conftest import REDIS_URL, Harness
 
-TTL = 0.2
-PAST_TTL = 0.35
+TTL = 0.5
+PAST_TTL = 0.7
+WINDOW = 1.0
+"""For checks made inside a window that must still be open: a stall of the loop or
+of the shared Redis must not close it first."""
+INSIDE_WINDOW = 0.25
+PAST_WINDOW = WINDOW + 0.2
 
 
 async def test_get_set_delete_exists(store: StateStore) -> None:
@@ -85,11 +90,11 @@ async def test_incr(store: StateStore) -> None:
 
 
 async def test_incr_ttl_applies_only_at_creation(store: StateStore) -> None:
-    assert await store.incr("n", ttl=TTL) == 1
-    await asyncio.sleep(TTL / 2)
+    assert await store.incr("n", ttl=WINDOW) == 1
+    await asyncio.sleep(INSIDE_WINDOW)
     # A later ttl must not extend the window the first call opened.
     assert await store.incr("n", ttl=10) == 2
-    await asyncio.sleep(PAST_TTL - TTL / 2)
+    await asyncio.sleep(PAST_WINDOW - INSIDE_WINDOW)
     assert await store.get("n") is None
     assert await store.incr("n", ttl=TTL) == 1
 
@@ -146,11 +151,11 @@ async def test_admit_window_resets_after_expiry(store: StateStore) -> None:
 
 
 async def test_admit_window_is_fixed_not_sliding(store: StateStore) -> None:
-    assert (await store.admit("w", 1, limit=5, window=TTL)).allowed
-    await asyncio.sleep(TTL / 2)
-    assert (await store.admit("w", 1, limit=5, window=TTL)).current == 2
-    await asyncio.sleep(PAST_TTL - TTL / 2)
-    assert (await store.admit("w", 1, limit=5, window=TTL)).current == 1
+    assert (await store.admit("w", 1, limit=5, window=WINDOW)).allowed
+    await asyncio.sleep(INSIDE_WINDOW)
+    assert (await store.admit("w", 1, limit=5, window=WINDOW)).current == 2
+    await asyncio.sleep(PAST_WINDOW - INSIDE_WINDOW)
+    assert (await store.admit("w", 1, limit=5, window=WINDOW)).current == 1
 
 
 async def test_admit_repairs_window_without_expiry(store: StateStore) -> None:
@@ -252,10 +257,10 @@ async def test_admit_windows_each_window_keeps_its_own_ttl(store: StateStore) ->
 
 
 async def test_admit_windows_ttl_applies_only_at_creation(store: StateStore) -> None:
-    assert (await store.admit_windows(windows(("w", 9, TTL)))).allowed
-    await asyncio.sleep(TTL / 2)
+    assert (await store.admit_windows(windows(("w", 9, WINDOW)))).allowed
+    await asyncio.sleep(INSIDE_WINDOW)
     assert (await store.admit_windows(windows(("w", 9, 30)))).windows[0].current == 2
-    await asyncio.sleep(PAST_TTL - TTL / 2)
+    await asyncio.sleep(PAST_WINDOW - INSIDE_WINDOW)
     assert (await store.admit_windows(windows(("w", 9, 30)))).windows[0].current == 1
 
 

@@ -6,7 +6,6 @@ it, so tests see fresh switches, records and counters without paying for a resta
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -22,6 +21,7 @@ from app.fakes.minimax_upstream import FakeMinimax
 from app.lib.http import UpstreamHttp, build_http_client
 from app.routing.backends.engine import EngineBackend
 from app.routing.types import BackendSpec
+from tests.ports import free_port
 from tests.routing.support import MINIMAX_KEY, ServedMinimax
 
 F = TypeVar("F", bound=FakeUpstream)
@@ -101,10 +101,7 @@ def ollama_upstream(_ollama_server: Served[FakeOllama]) -> Served[FakeOllama]:
 @pytest.fixture
 def refused_url() -> str:
     """A loopback URL nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ dropped sockets, malformed frames, strays, silence, JSON-RPC errors, closing."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import msgspec
 import pytest
@@ -13,6 +12,7 @@ from app.fakes import FakeOllama, serve_asgi
 from app.fakes.engine_misbehaving import MisbehavingEngine, Misbehaviour
 from app.routing.backends.base import ChatStream
 from app.routing.errors import StreamInterruptedError, UpstreamError
+from tests.ports import free_port
 from tests.routing.conftest import EngineFactory
 from tests.routing.support import chat_call, collect, eventually, sse_events, streamed_text
 
@@ -68,10 +68,7 @@ async def test_a_refused_handshake_makes_the_backend_unhealthy_until_it_is_accep
 
 
 async def test_an_unreachable_engine(engine_backend: EngineFactory) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    result = await engine_backend(f"ws://127.0.0.1:{port}").probe()
+    result = await engine_backend(f"ws://127.0.0.1:{free_port()}").probe()
     assert not result.healthy
     assert result.reason == "upstream unreachable: connection refused"
 

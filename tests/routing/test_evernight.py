@@ -4,7 +4,6 @@ how the tunnel table follows ports."""
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -20,6 +19,7 @@ from app.routing.evernight import (
     is_evernight,
     parse_evernight,
 )
+from tests.ports import free_port
 
 
 @pytest.mark.parametrize(
@@ -89,11 +89,8 @@ async def test_bridge_client_reports_the_agents_refusal(bridge: FakeEvernightBri
 
 
 async def test_bridge_client_with_no_agent_listening() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     with pytest.raises(BridgeError, match="unreachable"):
-        await BridgeClient(f"ws://127.0.0.1:{port}/ws").connect("gpu-1", "llm")
+        await BridgeClient(f"ws://127.0.0.1:{free_port()}/ws").connect("gpu-1", "llm")
 
 
 @contextlib.asynccontextmanager
