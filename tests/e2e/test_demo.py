@@ -195,3 +195,16 @@ def test_a_restarted_demo_keeps_its_credentials_and_pool(tmp_path):
             headers={"Authorization": f"Bearer {second.runtime_token}"},
         )
         assert me.status_code == 200, me.text
+        # Its bundled servers got new free ports this time: each is found where it is now.
+        for name, shown in pool.items():
+            assert f"{name:<8} {shown['url']}  tags" in second.output
+        client = _client_once_listed(second.base, second.api_key, "demo-chat")
+        reply = client.chat.completions.create(
+            model="demo-chat", messages=[{"role": "user", "content": "again"}]
+        )
+        assert "demo-upstream" in (reply.choices[0].message.content or "")
+        echoed = _client_once_listed(second.base, second.api_key, "demo-echo")
+        reply = echoed.chat.completions.create(
+            model="demo-echo", messages=[{"role": "user", "content": "still here"}]
+        )
+        assert "still here" in (reply.choices[0].message.content or "")
