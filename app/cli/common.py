@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import socket
+import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -116,7 +117,12 @@ def serve_app(settings: Settings) -> None:
         # uvicorn names the address only when it binds the socket itself.
         structlog.get_logger().info("serving", url=f"http://{_url_host(bound)}:{bound.port}")
         tune_gc()
-        server.run(sockets=[sock])
+        try:
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:
+            # uvicorn has drained and re-raised the Ctrl-C it captured: exit as a shell
+            # expects of an interrupted command (130), without click's "Aborted!".
+            sys.exit(130)
 
 
 def _url_host(settings: Settings) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -87,7 +88,10 @@ def test_serve_on_port_0_logs_the_address_it_serves_on(tmp_path):
         assert logged.group(2) != "0"
         wait_healthy(served, logged.group(1))
     finally:
-        served.stop()
+        status = served.stop(signal.SIGINT)
+    # Ctrl-C: drained, then the status of an interrupted command, without "Aborted!".
+    assert status == 130, served.everything()
+    assert "Aborted" not in served.everything()
 
 
 def test_serve_on_a_taken_port_says_so_before_starting_the_app(tmp_path):
