@@ -20,8 +20,9 @@ import httpx
 import redis
 
 from app import __version__
+from app.lib.ports import free_port
 from app.lib.vault import generate_key_spec
-from bench.procs import SUT_CPU, BenchError, Supervisor, free_port, run_checked, wait_http
+from bench.procs import SUT_CPU, BenchError, Supervisor, run_checked, wait_http
 from bench.systems import CHAT_MODEL, EMBED_MODEL, FakeUpstream, System
 
 PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.procs import SUT_CPU, BenchError, Supervisor, free_port, tail, wait_http
+from app.lib.ports import free_port
+from bench.procs import SUT_CPU, BenchError, Supervisor, tail, wait_http
 from bench.systems import CHAT_MODEL, EMBED_MODEL, FAKE_KEY, FakeUpstream, System
 
 LITELLM_VERSION = "1.108.7"

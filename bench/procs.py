@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -47,13 +46,6 @@ def pinned(argv: Sequence[str], cpu: int | None) -> list[str]:
     if cpu is None or not pinning_available():
         return list(argv)
     return ["taskset", "-c", str(cpu), *argv]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def tail(path: Path, lines: int = 15) -> str:

@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 
 from app import __version__
-from bench.procs import LOAD_CPU, BenchError, Child, Supervisor, free_port, wait_http
+from app.lib.ports import free_port
+from bench.procs import LOAD_CPU, BenchError, Child, Supervisor, wait_http
 
 CHAT_MODEL = "bench-chat"
 EMBED_MODEL = "bench-embed"

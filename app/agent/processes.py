@@ -15,13 +15,14 @@ import contextlib
 import os
 import shlex
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 import structlog
+
+from app.lib.ports import free_port
 
 READY_POLL_SECONDS = 0.25
 OUTPUT_LINES = 20
@@ -42,13 +43,6 @@ def build_argv(template: str, model: str, port: int) -> list[str]:
     if not parts:
         raise DeployError("the command template is empty")
     return [part.replace("{model}", model).replace("{port}", str(port)) for part in parts]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(slots=True)
@@ -97,7 +91,12 @@ class ModelProcesses:
         Raises ``DeployError`` if the process exits or does not answer within
         ``ready_timeout``; the process is stopped then. A cancelled start stops it too.
         """
-        port = free_port()
+        # Below the ephemeral range: the server binds only once its weights are loaded,
+        # and the readiness polls below would otherwise risk taking the port first.
+        try:
+            port = free_port()
+        except OSError as exc:
+            raise DeployError(f"no free port for the model server: {exc}") from exc
         argv = build_argv(self.template, model, port)
         await progress(5, f"starting {argv[0]}")
         try:

@@ -28,13 +28,13 @@ import uvicorn
 from litestar import Litestar
 from websockets.asyncio.client import ClientConnection, connect
 
+from app.lib.ports import free_port
 from app.lib.settings import Settings
 from app.server.resources import Resources
 from tests.api.auth_support import fresh_database
 from tests.api.support import eventually
 from tests.conftest import AppFactory, with_settings
 from tests.helpers import bearer, new_project, new_user
-from tests.ports import free_port
 
 ADMIN_TOKEN = "agents-admin-" + "a" * 32
 ADMIN = bearer(ADMIN_TOKEN)

@@ -26,6 +26,7 @@ import httpx
 import openai
 
 from app.db.migrate import upgrade
+from app.lib.ports import free_port
 from app.lib.vault import generate_key_spec
 from tests.conftest import (
     JWT_SECRET,
@@ -37,7 +38,6 @@ from tests.conftest import (
     drop_database,
 )
 from tests.helpers import PASSWORD, bearer, unique_email
-from tests.ports import free_port
 
 ARONA = str(Path(sys.executable).parent / "arona")
 ADMIN_TOKEN = "cluster-admin-" + "c" * 40

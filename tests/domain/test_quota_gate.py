@@ -28,12 +28,12 @@ from app.domain.quotas.gate import (
 from app.domain.quotas.limits import UNLIMITED, QuotaLimits, QuotaLimitsCache, QuotaSync
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
+from app.lib.ports import free_port
 from app.lib.redis_client import build_redis
 from app.lib.state.base import MultiWindowDecision, StateStore, WindowLimit
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
 from tests.lib.conftest import Harness
-from tests.ports import free_port
 
 CLOSED_PORT_URL = "redis://127.0.0.1:1/0"
 

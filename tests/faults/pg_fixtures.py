@@ -12,9 +12,9 @@ import asyncpg
 import pytest
 
 from app.db.migrate import upgrade
+from app.lib.ports import free_port
 from tests.conftest import base_settings
 from tests.faults.pg_instance import PostgresInstance
-from tests.ports import free_port
 
 DATABASE = "arona"
 

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.ports import free_port
+from app.lib.ports import free_port
 
 START_TIMEOUT_SECONDS = 10.0
 

@@ -35,9 +35,9 @@ from app.domain.custom_llms.stored import StoredLlm
 from app.domain.overrides.index import LoadedOverride, OverrideIndex
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.lib.keyed_cache import STALE_RETRY_SECONDS
+from app.lib.ports import free_port
 from app.routing.profiles import Profile, ProfileTable
 from tests.conftest import base_settings
-from tests.ports import free_port
 
 pytestmark = pytest.mark.faults
 

@@ -19,9 +19,9 @@ from app.fakes.engine_echo import EchoEngine
 from app.fakes.engine_misbehaving import MisbehavingEngine
 from app.fakes.minimax_upstream import FakeMinimax
 from app.lib.http import UpstreamHttp, build_http_client
+from app.lib.ports import free_port
 from app.routing.backends.engine import EngineBackend
 from app.routing.types import BackendSpec
-from tests.ports import free_port
 from tests.routing.support import MINIMAX_KEY, ServedMinimax
 
 F = TypeVar("F", bound=FakeUpstream)

@@ -10,9 +10,9 @@ import pytest
 
 from app.fakes import FakeOllama, serve_asgi
 from app.fakes.engine_misbehaving import MisbehavingEngine, Misbehaviour
+from app.lib.ports import free_port
 from app.routing.backends.base import ChatStream
 from app.routing.errors import StreamInterruptedError, UpstreamError
-from tests.ports import free_port
 from tests.routing.conftest import EngineFactory
 from tests.routing.support import chat_call, collect, eventually, sse_events, streamed_text
 

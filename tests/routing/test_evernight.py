@@ -10,6 +10,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from app.fakes.evernight_bridge import FakeEvernightBridge
+from app.lib.ports import free_port
 from app.routing.evernight import (
     BridgeClient,
     BridgeError,
@@ -19,7 +20,6 @@ from app.routing.evernight import (
     is_evernight,
     parse_evernight,
 )
-from tests.ports import free_port
 
 
 @pytest.mark.parametrize(
