@@ -161,7 +161,7 @@ def reserve_port(host: str, port: int, purpose: str) -> socket.socket:
     """A socket bound to ``(host, port)`` (0: a free port), held from now on so that
     nothing else takes the port while the app starts (uvicorn would bind only after
     the app's start-up, which opens connections of its own on ephemeral ports)."""
-    from app.fakes.serve import bind_tcp
+    from app.lib.ports import bind_tcp
 
     try:
         return bind_tcp(host, port)

@@ -82,23 +82,13 @@ def _banner(
     pool_urls: dict[str, str],
     engine_url: str,
 ) -> str:
-    from app.bootstrap import (
-        DEMO_BACKEND,
-        DEMO_CHAT_MODEL,
-        DEMO_EMBEDDING_MODEL,
-        DEMO_ENGINE,
-        DEMO_ENGINE_EMBEDDING_MODEL,
-        DEMO_ENGINE_MODEL,
-        DEMO_POOL,
-        DEMO_POOL_FILE,
-        DEMO_POOL_MODEL,
-    )
+    from app import bootstrap
 
     url = f"http://{settings.host}:{settings.port}"
     auth = f"-H 'Authorization: Bearer {creds.api_key}'"
     pool_lines = [
         f"    {member.name:<8} {pool_urls[member.name]}  tags {', '.join(member.tags)}"
-        for member in DEMO_POOL
+        for member in bootstrap.DEMO_POOL
     ]
     return "\n".join(
         [
@@ -111,17 +101,17 @@ def _banner(
             f"  demo project   {creds.project_id}",
             f"  demo API key   {creds.api_key}",
             f"  runtime token  {creds.runtime_token}",
-            f"  demo upstream  {upstream_url}  (backend {DEMO_BACKEND}: "
-            f"models {DEMO_CHAT_MODEL}, {DEMO_EMBEDDING_MODEL})",
-            f"  vLLM pool      model {DEMO_POOL_MODEL}, seeded from "
-            f"{settings.data_dir / DEMO_POOL_FILE}; profiles llm, llm-smart (tag smart)",
+            f"  demo upstream  {upstream_url}  (backend {bootstrap.DEMO_BACKEND}: "
+            f"models {bootstrap.DEMO_CHAT_MODEL}, {bootstrap.DEMO_EMBEDDING_MODEL})",
+            f"  vLLM pool      model {bootstrap.DEMO_POOL_MODEL}, seeded from "
+            f"{settings.data_dir / bootstrap.DEMO_POOL_FILE}; profiles llm, llm-smart (tag smart)",
             *pool_lines,
-            f"  CEP engine     {engine_url}  (backend {DEMO_ENGINE}: "
-            f"models {DEMO_ENGINE_MODEL}, {DEMO_ENGINE_EMBEDDING_MODEL})",
+            f"  CEP engine     {engine_url}  (backend {bootstrap.DEMO_ENGINE}: "
+            f"models {bootstrap.DEMO_ENGINE_MODEL}, {bootstrap.DEMO_ENGINE_EMBEDDING_MODEL})",
             "",
             f"  try: curl {auth} -H 'Content-Type: application/json' "
             f"{url}/v1/chat/completions "
-            f'-d \'{{"model":"{DEMO_CHAT_MODEL}","messages":'
+            f'-d \'{{"model":"{bootstrap.DEMO_CHAT_MODEL}","messages":'
             f'[{{"role":"user","content":"Hello"}}]}}\'',
             f"       OPENAI_BASE_URL={url}/v1 OPENAI_API_KEY={creds.api_key} python ...",
             f"       curl -H 'Authorization: Bearer {creds.runtime_token}' {url}/api/runtime/me",
@@ -131,33 +121,30 @@ def _banner(
 
 
 def _serve(settings: Settings, sockets: DemoSockets) -> None:
-    from app.bootstrap import (
-        DEMO_BACKEND,
-        DEMO_CHAT_MODEL,
-        DEMO_EMBEDDING_MODEL,
-        DEMO_ENGINE,
-        DEMO_ENGINE_EMBEDDING_MODEL,
-        DEMO_ENGINE_MODEL,
-        DEMO_POOL,
-        DEMO_POOL_MODEL,
-    )
+    from app import bootstrap
     from app.fakes.engine_echo import EchoEngine
     from app.fakes.openai_upstream import FakeOpenAI
     from app.fakes.vllm_upstream import FakeVllm
 
     fakes: list[tuple[FakeUpstream, socket.socket]] = [
         (
-            FakeOpenAI(DEMO_BACKEND, models=(DEMO_CHAT_MODEL, DEMO_EMBEDDING_MODEL), chunks=8),
+            FakeOpenAI(
+                bootstrap.DEMO_BACKEND,
+                models=(bootstrap.DEMO_CHAT_MODEL, bootstrap.DEMO_EMBEDDING_MODEL),
+                chunks=8,
+            ),
             sockets.upstream,
         )
     ]
-    for member in DEMO_POOL:
-        fake = FakeVllm(member.name, models=(DEMO_POOL_MODEL,), chunks=8)
+    for member in bootstrap.DEMO_POOL:
+        fake = FakeVllm(member.name, models=(bootstrap.DEMO_POOL_MODEL,), chunks=8)
         fake.running, fake.waiting = member.running, member.waiting
         fake.kv_cache, fake.engines = member.kv_cache, member.engines
         fakes.append((fake, sockets.pool[member.name]))
     echo = EchoEngine(
-        DEMO_ENGINE, models=(DEMO_ENGINE_MODEL,), embedding_models=(DEMO_ENGINE_EMBEDDING_MODEL,)
+        bootstrap.DEMO_ENGINE,
+        models=(bootstrap.DEMO_ENGINE_MODEL,),
+        embedding_models=(bootstrap.DEMO_ENGINE_EMBEDDING_MODEL,),
     )
     serve_with_fakes(settings, sockets.arona, fakes, (echo, sockets.engine))
 

@@ -108,14 +108,10 @@ class EchoEngine:
         self, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None
     ) -> str:
         """Listen on ``host``/``port``, or on ``sock`` when given (already bound)."""
-        if sock is not None:
-            self._server = await serve(
-                self._handle, sock=sock, max_size=MAX_FRAME_BYTES, compression=None
-            )
-        else:
-            self._server = await serve(
-                self._handle, host, port, max_size=MAX_FRAME_BYTES, compression=None
-            )
+        where = (None, None) if sock is not None else (host, port)
+        self._server = await serve(
+            self._handle, *where, sock=sock, max_size=MAX_FRAME_BYTES, compression=None
+        )
         bound = self._server.sockets[0].getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         self.url = f"ws://{shown}:{bound[1]}"

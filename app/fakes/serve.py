@@ -17,9 +17,10 @@ from typing import Any, Protocol, runtime_checkable
 import uvicorn
 
 from app.fakes.common import ASGIApp
+from app.lib.ports import bind_tcp
 from app.lib.tasks import wait_for_stop_signal
 
-__all__ = ["bind_tcp", "run_in_foreground", "serve_asgi", "wait_for_stop_signal"]
+__all__ = ["run_in_foreground", "serve_asgi", "wait_for_stop_signal"]
 
 STARTUP_TIMEOUT_SECONDS = 10.0
 GRACEFUL_SHUTDOWN_SECONDS = 1
@@ -45,23 +46,6 @@ class _EmbeddedServer(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         # Signals belong to the host (pytest, the CLI); one Ctrl-C must stop it all.
         yield
-
-
-def bind_tcp(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``(host, port)`` (0: a free port the kernel picks), not
-    listening yet: connections are refused until a server starts on it, but the port
-    is held, so no other listener and no outgoing connection can take it meanwhile."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose
-    # proto says TCP, and without it small responses stall ~40 ms on delayed ACKs.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 @contextlib.asynccontextmanager

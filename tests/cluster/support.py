@@ -52,9 +52,6 @@ PROPAGATION_BOUND_SECONDS = 5.0
 """What tests assert: generous, so a slow shared machine does not fail them, yet a
 change that does not travel (or only on a restart or a cache's expiry) still fails."""
 POLL_INTERVAL_SECONDS = 0.03
-PORT_TAKEN = "cannot listen on"
-"""What ``arona serve`` says when its port is in use."""
-PORT_RESPAWNS = 3
 
 
 def unique(tag: str) -> str:
@@ -67,7 +64,6 @@ class Replica:
     port: int
     process: subprocess.Popen[bytes]
     log: Path
-    env: dict[str, str]
 
     @property
     def url(self) -> str:
@@ -145,17 +141,9 @@ async def wait_ready(replica: Replica) -> None:
     """Until the replica answers ``/readyz`` with ``ready`` (a replica that started
     while PostgreSQL or Redis is away answers ``degraded``)."""
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    respawns = 0
     async with httpx.AsyncClient(base_url=replica.url, timeout=2.0) as client:
         while time.monotonic() < deadline:
             if replica.process.poll() is not None:
-                if PORT_TAKEN in replica.output() and respawns < PORT_RESPAWNS:
-                    # The port was free when picked here, then taken before the
-                    # replica bound it: a race of this harness, not of the replica.
-                    respawns += 1
-                    replica.port, replica.process = _launch(replica.env, replica.log)
-                    client.base_url = httpx.URL(replica.url)
-                    continue
                 raise RuntimeError(f"{replica.name} exited during start-up:\n{replica.output()}")
             with contextlib.suppress(httpx.TransportError):
                 response = await client.get("/readyz")
@@ -180,24 +168,19 @@ def stop_replica(replica: Replica, timeout: float = STOP_TIMEOUT_SECONDS) -> int
 
 def spawn_replica(name: str, env: dict[str, str], tmp_path: Path) -> Replica:
     """``arona serve`` on a free port, its output in ``tmp_path/<name>.log``."""
-    log = tmp_path / f"{name}.log"
-    port, process = _launch(env, log)
-    return Replica(name, port, process, log, env)
-
-
-def _launch(env: dict[str, str], log: Path) -> tuple[int, subprocess.Popen[bytes]]:
-    """``arona serve`` on a port free right now."""
+    # Below the ephemeral range: no connection takes the port before the replica binds.
     port = free_port()
+    log = tmp_path / f"{name}.log"
     with log.open("wb") as out:
         # cwd: a directory without config/vllm-backends.json, so nothing is seeded.
         process = subprocess.Popen(
             [ARONA, "serve", "--port", str(port)],
             env=env,
-            cwd=log.parent,
+            cwd=tmp_path,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    return port, process
+    return Replica(name, port, process, log)
 
 
 @contextlib.asynccontextmanager

@@ -79,6 +79,7 @@ class Spawned:
             text=True,
         )
         self.lines: list[str] = []
+        self._ended = False
         self._queue: queue.Queue[str | None] = queue.Queue()
         assert self.process.stdout is not None
         threading.Thread(target=self._drain, args=(self.process.stdout,), daemon=True).start()
@@ -92,18 +93,29 @@ class Spawned:
     def text(self) -> str:
         return "".join(self.lines)
 
+    def _next_line(self, timeout: float) -> str | None:
+        """The next line, kept in ``lines``; None once the output has ended. Raises
+        ``queue.Empty`` if none comes within ``timeout``."""
+        if self._ended:
+            return None
+        line = self._queue.get(timeout=timeout)
+        if line is None:
+            self._ended = True
+        else:
+            self.lines.append(line)
+        return line
+
     def wait_for(self, pattern: str, within: float = START_SECONDS) -> re.Match[str]:
         """The first match of ``pattern`` in a line yet to be read; fails the test with
         everything the process printed if none comes within ``within`` seconds."""
         deadline = time.monotonic() + within
         while (remaining := deadline - time.monotonic()) > 0:
             try:
-                line = self._queue.get(timeout=remaining)
+                line = self._next_line(remaining)
             except queue.Empty:
                 break
             if line is None:
                 pytest.fail(f"exited ({self.process.wait()}) before {pattern!r}:\n{self.text}")
-            self.lines.append(line)
             if match := re.search(pattern, line):
                 return match
         pytest.fail(f"no {pattern!r} within {within}s:\n{self.everything()}")
@@ -114,8 +126,8 @@ class Spawned:
             self.process.kill()
         self.process.wait(timeout=STOP_SECONDS)
         with contextlib.suppress(queue.Empty):
-            while (line := self._queue.get(timeout=STOP_SECONDS)) is not None:
-                self.lines.append(line)
+            while self._next_line(STOP_SECONDS) is not None:
+                pass
         return self.text
 
     def stop(self, sig: signal.Signals = signal.SIGINT) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.support import (
     POOL,
@@ -61,19 +62,21 @@ def _client_once_listed(base: str, key: str, model: str) -> openai.OpenAI:
     return client
 
 
+def _reply(client: openai.OpenAI, model: str, content: str, *, stream: bool = False) -> str:
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": content}]
+    if stream:
+        chunks = client.chat.completions.create(model=model, messages=messages, stream=True)
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reply = client.chat.completions.create(model=model, messages=messages)
+    return reply.choices[0].message.content or ""
+
+
 def test_demo_chat_works_out_of_the_box_with_the_openai_sdk(demo_server):
     base, key, *_ = demo_server
     # The bundled upstream is registered fail-closed and probed at start-up.
     client = _client_once_listed(base, key, "demo-chat")
-    reply = client.chat.completions.create(
-        model="demo-chat", messages=[{"role": "user", "content": "Hello"}]
-    )
-    assert "demo-upstream" in (reply.choices[0].message.content or "")
-    stream = client.chat.completions.create(
-        model="demo-chat", messages=[{"role": "user", "content": "Hello"}], stream=True
-    )
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert "demo-upstream" in text
+    assert "demo-upstream" in _reply(client, "demo-chat", "Hello")
+    assert "demo-upstream" in _reply(client, "demo-chat", "Hello", stream=True)
     embedded = client.embeddings.create(model="demo-embed", input="hello")
     assert embedded.data[0].embedding
 
@@ -84,14 +87,8 @@ def test_demo_registers_the_reference_engine_and_chats_through_it(demo_server):
         r"CEP engine\s+ws://127\.0\.0\.1:\d+\s+\(backend demo-engine", demo_server.output
     )
     client = _client_once_listed(base, key, "demo-echo")
-    reply = client.chat.completions.create(
-        model="demo-echo", messages=[{"role": "user", "content": "ping over CEP"}]
-    )
-    assert "ping over CEP" in (reply.choices[0].message.content or "")
-    stream = client.chat.completions.create(
-        model="demo-echo", messages=[{"role": "user", "content": "streamed"}], stream=True
-    )
-    assert "streamed" in "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert "ping over CEP" in _reply(client, "demo-echo", "ping over CEP")
+    assert "streamed" in _reply(client, "demo-echo", "streamed", stream=True)
     assert client.embeddings.create(model="demo-echo-embed", input="hi").data[0].embedding
 
 
@@ -199,12 +196,6 @@ def test_a_restarted_demo_keeps_its_credentials_and_pool(tmp_path):
         for name, shown in pool.items():
             assert f"{name:<8} {shown['url']}  tags" in second.output
         client = _client_once_listed(second.base, second.api_key, "demo-chat")
-        reply = client.chat.completions.create(
-            model="demo-chat", messages=[{"role": "user", "content": "again"}]
-        )
-        assert "demo-upstream" in (reply.choices[0].message.content or "")
+        assert "demo-upstream" in _reply(client, "demo-chat", "again")
         echoed = _client_once_listed(second.base, second.api_key, "demo-echo")
-        reply = echoed.chat.completions.create(
-            model="demo-echo", messages=[{"role": "user", "content": "still here"}]
-        )
-        assert "still here" in (reply.choices[0].message.content or "")
+        assert "still here" in _reply(echoed, "demo-echo", "still here")
