@@ -57,9 +57,14 @@ def base_settings(**overrides: object) -> Settings:
         {},
         jwt_secret=JWT_SECRET,
         vault_keys=load_settings({"ARONA_VAULT_KEYS": generate_key_spec("k1")}).vault_keys,
-        registration_open=True,
-        log_level="WARNING",
-        **overrides,
+        **{
+            "registration_open": True,
+            "log_level": "WARNING",
+            # Above the 5 s default: on the shared CI machine a connection has taken
+            # longer, and an app whose start-up gives up fails a whole module.
+            "db_connect_timeout_seconds": 15.0,
+            **overrides,
+        },
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -24,7 +23,6 @@ import httpx
 import msgspec
 import openai
 import pytest
-import uvicorn
 from litestar import Litestar
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -32,6 +30,7 @@ from app.lib.ports import free_port
 from app.lib.settings import Settings
 from app.server.resources import Resources
 from tests.api.auth_support import fresh_database
+from tests.api.live_server import live_server
 from tests.api.support import eventually
 from tests.conftest import AppFactory, with_settings
 from tests.helpers import bearer, new_project, new_user
@@ -147,30 +146,11 @@ async def serve_panel(app: Litestar, port: int | None = None) -> AsyncIterator[P
     address, as agents expect). By default a port below the ephemeral range, so that
     no connection takes it while the panel is down (an agent reconnecting to it could
     even connect to itself on an ephemeral one)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", free_port() if port is None else port))
-    bound = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=2
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise RuntimeError("the panel exited during start-up")
-                await asyncio.sleep(0.01)
-        url = f"http://127.0.0.1:{bound}"
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            yield Panel(url=url, app=app, http=http)
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        sock.close()
+    async with (
+        live_server(app, free_port() if port is None else port) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        yield Panel(url=url, app=app, http=http)
 
 
 @pytest.fixture
