@@ -12,12 +12,15 @@ httpx's request/response machinery cost as much CPU as the engine underneath it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from app.lib.memory import HeapTrimmer
+from app.lib.settings import Settings
 from app.lib.ssrf import GuardedResolver, SsrfPolicy, guarded_socket_factory
 
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -36,6 +39,50 @@ NON_STREAM_DEADLINE_SECONDS = 600.0
 
 PROBE_TIMEOUT_SECONDS = 2.0
 """Overall deadline of a health probe."""
+
+STREAM_IDLE_TIMEOUT_SECONDS = 60.0
+"""Silence allowed between two chunks of a stream once its first chunk arrived."""
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_EVENT_BYTES = 1024 * 1024
+MAX_LISTING_BYTES = 4 * 1024 * 1024
+MAX_ERROR_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLimits:
+    """How much of an upstream's answer is ever read, and how long it may take.
+
+    Nothing from an upstream is read without a bound: a reply past its limit is cut,
+    its connection closed (so the memory and the socket come back at once) and the
+    call fails as a bad gateway. Set from ``ARONA_UPSTREAM_*`` (docs/deployment.md).
+    """
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    """A whole (non-streamed) answer: a chat completion, an embeddings list."""
+    max_event_bytes: int = MAX_EVENT_BYTES
+    """One line of a stream: an SSE line or event, an NDJSON line."""
+    max_listing_bytes: int = MAX_LISTING_BYTES
+    """A model listing, a health probe's answer, a Prometheus metrics scrape."""
+    max_error_bytes: int = MAX_ERROR_BYTES
+    """The part of an error body kept for the error message (the rest is not read)."""
+    deadline_seconds: float = NON_STREAM_DEADLINE_SECONDS
+    """Overall deadline of a non-streamed call: send, wait, read the whole body."""
+    stream_idle_seconds: float = STREAM_IDLE_TIMEOUT_SECONDS
+    """Silence allowed between two chunks of a stream that has started; the wait for
+    the headers and the first chunk is the read timeout (a long prefill is normal)."""
+
+    @classmethod
+    def of(cls, settings: Settings) -> UpstreamLimits:
+        return cls(
+            max_body_bytes=settings.upstream_max_body_bytes,
+            max_event_bytes=settings.upstream_max_event_bytes,
+            max_listing_bytes=settings.upstream_max_listing_bytes,
+            max_error_bytes=settings.upstream_max_error_bytes,
+            deadline_seconds=settings.upstream_timeout_seconds,
+            stream_idle_seconds=settings.upstream_stream_idle_timeout_seconds,
+        )
+
 
 USER_AGENT = "arona"
 
@@ -60,7 +107,15 @@ class UpstreamHttp:
     kept.
     """
 
-    __slots__ = ("_closed", "_keepalive_timeout", "_max_connections", "_session", "timeout")
+    __slots__ = (
+        "_closed",
+        "_keepalive_timeout",
+        "_max_connections",
+        "_session",
+        "limits",
+        "timeout",
+        "trimmer",
+    )
 
     def __init__(
         self,
@@ -69,7 +124,12 @@ class UpstreamHttp:
         read_timeout: float = READ_TIMEOUT_SECONDS,
         max_connections: int = MAX_CONNECTIONS,
         keepalive_timeout: float = KEEPALIVE_EXPIRY_SECONDS,
+        limits: UpstreamLimits | None = None,
     ) -> None:
+        self.limits = limits or UpstreamLimits()
+        """The read bounds every adapter using this pool applies."""
+        self.trimmer = HeapTrimmer()
+        """Asked after every large read, so its memory goes back to the system."""
         self.timeout = aiohttp.ClientTimeout(
             total=None,
             connect=connect_timeout,
@@ -120,6 +180,7 @@ class UpstreamHttp:
     async def aclose(self) -> None:
         """Close the pool and its connections; the client cannot be used afterwards."""
         self._closed = True
+        self.trimmer.cancel()
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -129,9 +190,10 @@ def build_http_client(
     *,
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
     read_timeout: float = READ_TIMEOUT_SECONDS,
+    limits: UpstreamLimits | None = None,
 ) -> UpstreamHttp:
     """The process-wide pool; the timeouts override the defaults (tests use short ones)."""
-    return UpstreamHttp(connect_timeout=connect_timeout, read_timeout=read_timeout)
+    return UpstreamHttp(connect_timeout=connect_timeout, read_timeout=read_timeout, limits=limits)
 
 
 class GuardedUpstreamHttp(UpstreamHttp):
@@ -179,6 +241,7 @@ def build_guarded_http_client(
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
     read_timeout: float = READ_TIMEOUT_SECONDS,
     resolver_factory: Callable[[], AbstractResolver] | None = None,
+    limits: UpstreamLimits | None = None,
 ) -> GuardedUpstreamHttp:
     """The pool for upstreams chosen by project owners (custom LLMs), separate from the
     platform's own: ``policy`` decides which addresses it may connect to;
@@ -188,4 +251,5 @@ def build_guarded_http_client(
         resolver_factory=resolver_factory,
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
+        limits=limits,
     )

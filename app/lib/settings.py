@@ -86,6 +86,21 @@ class Settings:
     """Silence allowed between two reads of an upstream's answer, the wait for its
     headers included (``app.lib.http.READ_TIMEOUT_SECONDS``): how long a hung upstream
     holds a call before it counts as a failure."""
+    upstream_stream_idle_timeout_seconds: float = 60.0
+    """Silence allowed between two chunks of an upstream stream once it has started
+    (``app.lib.http.UpstreamLimits.stream_idle_seconds``); a stalled stream ends with
+    an error event after this long instead of holding the call for the read timeout."""
+    upstream_timeout_seconds: float = 600.0
+    """Overall deadline of a non-streamed upstream call, body included."""
+    upstream_max_body_bytes: int = 32 * 1024 * 1024
+    """Largest non-streamed upstream answer read (chat, embeddings, video API replies);
+    a larger one is cut, its connection closed, and the call fails with 502."""
+    upstream_max_event_bytes: int = 1024 * 1024
+    """Largest single line of an upstream stream (an SSE line or event, an NDJSON line)."""
+    upstream_max_listing_bytes: int = 4 * 1024 * 1024
+    """Largest model listing, health probe answer or metrics scrape read."""
+    upstream_max_error_bytes: int = 4096
+    """How much of an upstream error body is read for the error message."""
     vllm_backends_file: Path | None = None
     """None: seed from ``config/vllm-backends.json`` when that file exists."""
     failover_window_seconds: float = 30.0
@@ -128,6 +143,15 @@ class Settings:
                 "ARONA_VAULT_KEYS is empty: set it to `kid:base64-of-32-random-bytes` "
                 "(newest first, comma separated), or run `arona demo`."
             )
+
+
+_UPSTREAM_BYTE_LIMITS = (
+    ("ARONA_UPSTREAM_MAX_BODY_BYTES", "upstream_max_body_bytes", 64 * 1024),
+    ("ARONA_UPSTREAM_MAX_EVENT_BYTES", "upstream_max_event_bytes", 4 * 1024),
+    ("ARONA_UPSTREAM_MAX_LISTING_BYTES", "upstream_max_listing_bytes", 4 * 1024),
+    ("ARONA_UPSTREAM_MAX_ERROR_BYTES", "upstream_max_error_bytes", 256),
+)
+"""(variable, field, smallest accepted value) of the upstream read bounds."""
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -283,6 +307,17 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         values["upstream_read_timeout_seconds"] = _parse_positive_float(
             "ARONA_UPSTREAM_READ_TIMEOUT_SECONDS", v
         )
+    if (v := get("ARONA_UPSTREAM_STREAM_IDLE_TIMEOUT_SECONDS")) is not None:
+        values["upstream_stream_idle_timeout_seconds"] = _parse_positive_float(
+            "ARONA_UPSTREAM_STREAM_IDLE_TIMEOUT_SECONDS", v
+        )
+    if (v := get("ARONA_UPSTREAM_TIMEOUT_SECONDS")) is not None:
+        values["upstream_timeout_seconds"] = _parse_positive_float(
+            "ARONA_UPSTREAM_TIMEOUT_SECONDS", v
+        )
+    for name, field_name, minimum in _UPSTREAM_BYTE_LIMITS:
+        if (v := get(name)) is not None:
+            values[field_name] = _parse_int(name, v, minimum=minimum)
     if (v := get("ARONA_VLLM_BACKENDS_FILE")) is not None:
         values["vllm_backends_file"] = Path(v)
     if (v := get("ARONA_FAILOVER_WINDOW_SECONDS")) is not None:

@@ -46,7 +46,7 @@ from app.domain.web.sessions import WebSessions
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
-from app.lib.http import UpstreamHttp, build_http_client
+from app.lib.http import UpstreamHttp, UpstreamLimits, build_http_client
 from app.lib.passwords import PasswordHasher
 from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
@@ -210,6 +210,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     http_client = build_http_client(
         connect_timeout=settings.upstream_connect_timeout_seconds,
         read_timeout=settings.upstream_read_timeout_seconds,
+        limits=UpstreamLimits.of(settings),
     )
     registry = BackendRegistry(
         factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from app.fakes import FakeOpenAI
-from app.lib.http import UpstreamHttp
+from app.lib.http import UpstreamHttp, UpstreamLimits
 from app.routing.backends.transport import JSON_HEADERS, describe_error, fetch
 from app.routing.errors import UpstreamError
 from tests.routing.conftest import Served
@@ -61,8 +61,12 @@ async def test_fetch_deadline_covers_the_whole_exchange(
     fake = openai_upstream.fake
     fake.control.hang = True
     url = f"{openai_upstream.url}/v1/chat/completions"
-    with pytest.raises(UpstreamError) as caught:
-        await fetch(http, url, b"{}", JSON_HEADERS, deadline=0.2)
+    short = UpstreamHttp(limits=UpstreamLimits(deadline_seconds=0.2))
+    try:
+        with pytest.raises(UpstreamError) as caught:
+            await fetch(short, url, b"{}", JSON_HEADERS)
+    finally:
+        await short.aclose()
     assert caught.value.message == "upstream unreachable: no complete answer within 0.2s"
     assert caught.value.retryable
     await eventually(lambda: fake.stats.disconnects == 1)  # the call was abandoned

@@ -26,15 +26,15 @@ from app.lib.vault import MASK
 from app.routing.backends.openai import discovered_models
 from app.routing.backends.transport import (
     HTTP_ERRORS,
+    BodyTooLargeError,
     describe_error,
     read_bounded,
+    read_within,
     release_or_close,
 )
 from app.routing.urls import openai_endpoint
 
 TEST_TIMEOUT_SECONDS = 10.0
-LISTING_LIMIT_BYTES = 1024 * 1024
-ERROR_LIMIT_BYTES = 4096
 MESSAGE_LIMIT = 200
 
 
@@ -60,9 +60,11 @@ async def _call(
     body: bytes | None,
     *,
     deadline: float,
-    limit: int,
 ) -> _Answer | _Failure:
+    """One exchange: a 2xx body up to the pool's listing bound (a larger one fails the
+    test), an error body up to its error bound."""
     started = time.perf_counter()
+    limits = http.limits
 
     def elapsed() -> int:
         return round((time.perf_counter() - started) * 1000)
@@ -73,10 +75,15 @@ async def _call(
                 method, url, data=body, headers=frozen_headers(headers), allow_redirects=False
             )
             try:
-                content = await read_bounded(response, limit)
+                if 200 <= response.status < 300:
+                    content = await read_within(response, limits.max_listing_bytes)
+                else:
+                    content = await read_bounded(response, limits.max_error_bytes)
             finally:
                 release_or_close(response)
             return _Answer(response.status, content, elapsed(), response.headers.get("Location"))
+    except BodyTooLargeError as exc:
+        return _Failure(f"answered more than the {exc.limit}-byte limit", elapsed())
     except TimeoutError:
         return _Failure(f"no answer within {deadline:g}s", elapsed())
     except HTTP_ERRORS as exc:
@@ -151,7 +158,6 @@ async def probe_custom_llm(
         headers,
         None,
         deadline=deadline,
-        limit=LISTING_LIMIT_BYTES,
     )
     if isinstance(listing, _Failure):
         return _report(False, None, listing.latency_ms, listing.reason, key)
@@ -180,7 +186,6 @@ async def probe_custom_llm(
         {**headers, "Content-Type": "application/json"},
         body,
         deadline=deadline,
-        limit=ERROR_LIMIT_BYTES,
     )
     prefix = "no model listing (404); a 1-token chat "
     if isinstance(chat, _Failure):

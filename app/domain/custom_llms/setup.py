@@ -28,7 +28,7 @@ from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.schemas import LlmOut
 from app.domain.secrets.services import SecretResolver
 from app.lib.events.base import EventBus
-from app.lib.http import GuardedUpstreamHttp, build_guarded_http_client
+from app.lib.http import GuardedUpstreamHttp, UpstreamLimits, build_guarded_http_client
 from app.lib.settings import Settings
 from app.lib.ssrf import SsrfPolicy, UrlGuard
 from app.lib.vault import Vault
@@ -95,6 +95,11 @@ def build_custom_llms(
     return CustomLlms(
         directory=directory,
         sync=CustomLlmSync(directory, catalog, bus),
-        http=build_guarded_http_client(policy),
+        http=build_guarded_http_client(
+            policy,
+            connect_timeout=settings.upstream_connect_timeout_seconds,
+            read_timeout=settings.upstream_read_timeout_seconds,
+            limits=UpstreamLimits.of(settings),
+        ),
         guard=UrlGuard(policy),
     )

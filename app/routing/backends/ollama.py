@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from app.lib.http import UpstreamHttp, frozen_headers
+from app.lib.http import UpstreamHttp, UpstreamLimits, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
 from app.routing.backends.ollama_translate import (
     OllamaChat,
@@ -35,6 +35,7 @@ from app.routing.backends.transport import (
     UpstreamChatStream,
     fetch,
     invalid_json,
+    malformed,
     open_response,
     probe_get,
 )
@@ -78,10 +79,14 @@ class OllamaBackend(Backend):
         status, content = await fetch(self._http, self._chat_url, body, JSON_HEADERS)
         try:
             answer = msgspec.json.decode(content, type=OllamaChat)
+        except msgspec.ValidationError as exc:
+            raise malformed(status, f"an answer of the wrong shape ({exc})") from None
         except msgspec.DecodeError as exc:
             raise invalid_json(status) from exc
         if answer.error:
             raise UpstreamError(f"upstream error: {answer.error}", status=status, retryable=True)
+        if answer.message is None:
+            raise malformed(status, "a chat answer without a message")
         completion = chat_completion(answer, call.model, int(time.time()))
         usage = answer.usage()
         text = answer.message.content if answer.message is not None else None
@@ -93,7 +98,9 @@ class OllamaBackend(Backend):
         response = await open_response(
             self._http, "POST", self._chat_url, data=body, headers=STREAM_HEADERS
         )
-        return OllamaChatStream(response, model=call.model, include_usage=call.include_usage)
+        return OllamaChatStream(
+            response, self._http.limits, model=call.model, include_usage=call.include_usage
+        )
 
     async def embed(self, call: UpstreamCall) -> EmbeddingResult:
         body = embed_request(call.model, call.body)
@@ -101,8 +108,12 @@ class OllamaBackend(Backend):
         try:
             answer = msgspec.json.decode(content, type=OllamaEmbed)
             out = embeddings_list(answer, call.model, as_base64=wants_base64(call.body))
+        except msgspec.ValidationError as exc:
+            raise malformed(status, f"an answer of the wrong shape ({exc})") from None
         except msgspec.DecodeError as exc:
             raise invalid_json(status) from exc
+        if answer.embeddings is None:
+            raise malformed(status, "an embeddings answer without embeddings")
         count = answer.prompt_eval_count
         usage = None if count is None else Usage(prompt_tokens=count)
         return EmbeddingResult(msgspec.json.encode(out), usage)
@@ -112,9 +123,14 @@ class OllamaChatStream(UpstreamChatStream):
     """Translates Ollama's NDJSON stream into OpenAI SSE chunks, one network read at a time."""
 
     def __init__(
-        self, response: aiohttp.ClientResponse, *, model: str, include_usage: bool
+        self,
+        response: aiohttp.ClientResponse,
+        limits: UpstreamLimits,
+        *,
+        model: str,
+        include_usage: bool,
     ) -> None:
-        super().__init__(response)
+        super().__init__(response, limits)
         self._model = model
         self._include_usage = include_usage
         self._id = completion_id()
@@ -128,26 +144,32 @@ class OllamaChatStream(UpstreamChatStream):
         return self._translate(chunk)
 
     def _at_end(self) -> bytes:
-        return self._translate(b"\n", at_end=True)
+        out = self._translate(b"\n")
+        if not self._ended:
+            # Closed without its final ``done`` line: the answer may be cut anywhere.
+            raise StreamInterruptedError("the upstream ended the stream before its last line")
+        return out
 
-    def _translate(self, chunk: bytes, *, at_end: bool = False) -> bytes:
+    def _translate(self, chunk: bytes) -> bytes:
         data = self._tail + chunk if self._tail else chunk
         cut = data.rfind(b"\n") + 1
         self._tail = data[cut:]
+        limit = self.max_line_bytes
+        if len(self._tail) > limit:
+            raise StreamInterruptedError(f"the upstream sent a line longer than {limit} bytes")
         frames: list[bytes] = []
         for line in data[:cut].split(b"\n"):
             if self._ended or not line.strip():
                 continue
+            if len(line) > limit:
+                raise StreamInterruptedError(f"the upstream sent a line longer than {limit} bytes")
             try:
                 answer = msgspec.json.decode(line, type=OllamaChat)
-            except msgspec.DecodeError:
-                continue  # a line we cannot read carries nothing we could relay
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                raise StreamInterruptedError("the upstream sent a line that is not JSON") from None
             if answer.error:
                 raise StreamInterruptedError(answer.error)
             self._frames(answer, frames)
-        if at_end and not self._ended:
-            # The upstream closed cleanly without its final line: end the stream anyway.
-            self._frames(OllamaChat(done=True), frames)
         return b"".join(frames)
 
     def _frames(self, answer: OllamaChat, frames: list[bytes]) -> None:

@@ -73,7 +73,7 @@ class OllamaChat(msgspec.Struct):
 
 
 class OllamaEmbed(msgspec.Struct):
-    embeddings: list[msgspec.Raw] = []
+    embeddings: list[msgspec.Raw] | None = None
     prompt_eval_count: int | None = None
 
 
@@ -257,7 +257,7 @@ def embed_request(model: str, body: RawBody) -> bytes:
 
 def embeddings_list(answer: OllamaEmbed, model: str, *, as_base64: bool) -> dict[str, Any]:
     data = []
-    for index, raw in enumerate(answer.embeddings):
+    for index, raw in enumerate(answer.embeddings or ()):
         vector: Any = raw
         if as_base64:
             values = msgspec.json.decode(raw, type=list[float])

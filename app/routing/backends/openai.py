@@ -10,12 +10,12 @@ call's override key (a project's own provider key) in its place, never both.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
 
-from app.lib.http import Headers, UpstreamHttp, frozen_headers
+from app.lib.http import Headers, UpstreamHttp, UpstreamLimits, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
 from app.routing.backends.transport import (
     JSON_HEADERS,
@@ -23,10 +23,11 @@ from app.routing.backends.transport import (
     UsageFields,
     fetch,
     invalid_json,
+    malformed,
     open_response,
     probe_get,
 )
-from app.routing.errors import UpstreamError
+from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, StreamInterruptedError, UpstreamError
 from app.routing.types import (
     AuthScheme,
     BackendSpec,
@@ -35,7 +36,6 @@ from app.routing.types import (
     EmbeddingResult,
     ProbeResult,
     UpstreamCall,
-    Usage,
 )
 from app.routing.urls import openai_endpoint
 
@@ -44,8 +44,8 @@ FALSE = msgspec.Raw(b"false")
 INCLUDE_USAGE = msgspec.Raw(b'{"include_usage":true}')
 DONE_FRAME = b"data: [DONE]\n\n"
 NO_LISTING_REASON = "no model listing (404); static models only"
-MAX_PENDING_LINE_BYTES = 8 * 1024 * 1024
-"""A partial SSE line longer than this is relayed unscanned rather than buffered."""
+SSE_FIELDS = (b":", b"event:", b"id:", b"retry:")
+"""What a non-data SSE line may start with (a comment or another field)."""
 
 # Counts generated text in relayed chunks when the upstream may not report usage: the
 # length of every JSON string value of a "content" key, as escaped on the wire. It
@@ -54,25 +54,33 @@ MAX_PENDING_LINE_BYTES = 8 * 1024 * 1024
 _CONTENT_RE = re.compile(rb'"content":\s*"((?:[^"\\]|\\.)*)"')
 
 
-class _UsageOnly(msgspec.Struct):
+class _UpstreamReply(msgspec.Struct):
+    """What every answer is checked for: its usage, or the error it carries instead."""
+
     usage: UsageFields | None = None
+    error: Any = None
+    object: str | None = None
+    message: str | None = None
 
 
 class _Message(msgspec.Struct):
-    content: str | None = None
+    content: Any = None
 
 
 class _Choice(msgspec.Struct):
     message: _Message | None = None
 
 
-class _ChoicesOnly(msgspec.Struct):
-    choices: list[_Choice] = []
+class _Completion(_UpstreamReply):
+    choices: list[_Choice] | None = None
 
 
-class _StreamChunk(msgspec.Struct):
-    choices: list[msgspec.Raw] = []
-    usage: UsageFields | None = None
+class _Embeddings(_UpstreamReply):
+    data: list[msgspec.Raw] | None = None
+
+
+class _StreamChunk(_UpstreamReply):
+    choices: list[msgspec.Raw] | None = None
 
 
 def auth_headers(scheme: AuthScheme, key: str | None) -> dict[str, str]:
@@ -134,8 +142,11 @@ class OpenAICompatibleBackend(Backend):
         body = encode_body(call, stream=False)
         headers = self._headers(call, stream=False)
         status, content = await fetch(self._http, self._chat_url, body, headers)
-        usage = _usage_of(content, status)
-        chars = 0 if usage is not None else _completion_chars(content)
+        reply = _checked(content, status, _Completion)
+        if reply.choices is None:
+            raise malformed(status, "a chat completion without choices")
+        usage = reply.usage.to_usage() if reply.usage is not None else None
+        chars = 0 if usage is not None else _completion_chars(reply.choices)
         return ChatResult(content=content, usage=usage, completion_text_chars=chars)
 
     async def chat_stream(self, call: UpstreamCall) -> ChatStream:
@@ -156,105 +167,117 @@ class OpenAICompatibleBackend(Backend):
             response = await open_response(
                 self._http, "POST", self._chat_url, data=body, headers=headers
             )
-        return OpenAIChatStream(response, include_usage=call.include_usage)
+        return OpenAIChatStream(response, self._http.limits, include_usage=call.include_usage)
 
     async def embed(self, call: UpstreamCall) -> EmbeddingResult:
         body = encode_body(call, stream=None)
         headers = self._headers(call, stream=False)
         status, content = await fetch(self._http, self._embeddings_url, body, headers)
-        return EmbeddingResult(content=content, usage=_usage_of(content, status))
+        reply = _checked(content, status, _Embeddings)
+        if reply.data is None:
+            raise malformed(status, "an embeddings answer without data")
+        usage = reply.usage.to_usage() if reply.usage is not None else None
+        return EmbeddingResult(content=content, usage=usage)
 
 
 class OpenAIChatStream(UpstreamChatStream):
     """Relays an upstream SSE body; drops the usage-only chunk the client did not ask for.
 
     Bytes are passed through as received, cut only at line ends (a partial line waits
-    for the rest, so a usage line is always scanned whole). ``count_text`` may be
-    turned off by the caller for upstreams known to report usage.
+    for the rest). Each complete line is checked before it goes out, cheaply: it must
+    be an SSE field, a ``data:`` payload must be ``[DONE]`` or a JSON object with
+    ``choices`` (or ``usage``), and no line may pass ``max_line_bytes``. An upstream
+    error chunk, a line that is none of these, or a body that ends without ``[DONE]``
+    fails the stream (``StreamInterruptedError``): garbage is never relayed as an
+    answer. ``count_text`` may be turned off by the caller for upstreams known to
+    report usage.
     """
 
-    def __init__(self, response: aiohttp.ClientResponse, *, include_usage: bool) -> None:
-        super().__init__(response)
+    def __init__(
+        self, response: aiohttp.ClientResponse, limits: UpstreamLimits, *, include_usage: bool
+    ) -> None:
+        super().__init__(response, limits)
         self._include_usage = include_usage
         self.count_text = True
         self._tail = b""
         self._saw_done = False
-        self._ends_event = True
         self._drop_blank = False
 
     def _on_chunk(self, chunk: bytes) -> bytes:
         return self._relay(chunk)
 
     def _at_end(self) -> bytes:
-        return self._finish()
-
-    def _relay(self, chunk: bytes) -> bytes:
-        data = self._tail + chunk if self._tail else chunk
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            if len(data) > MAX_PENDING_LINE_BYTES:
-                self._tail = b""
-                return data
-            self._tail = data
-            return b""
-        if cut < len(data):
-            self._tail = data[cut:]
-            data = data[:cut]
-        else:
-            self._tail = b""
-        if self.count_text and self.usage is None:
-            self.completion_text_chars += _content_chars(data)
-        if not self._saw_done and (b"data: [DONE]" in data or b"data:[DONE]" in data):
-            self._saw_done = True
-        if self._drop_blank and data[:1] not in (b"\n", b"\r"):
-            self._drop_blank = False  # the dropped event's blank line is not next
-        if self._drop_blank or (b'"usage"' in data and _mentions_usage_values(data)):
-            data = self._take_usage(data)
-        if data:
-            self._ends_event = data.endswith((b"\n\n", b"\r\n\r\n"))
-        return data
-
-    def _take_usage(self, data: bytes) -> bytes:
-        """Record reported usage; cut the usage-only event when the client did not ask."""
-        lines = data.split(b"\n")
-        kept: list[bytes] = []
-        dropped = False
-        for line in lines[:-1]:  # ``data`` ends with a newline: the last item is empty
-            if self._drop_blank:
-                self._drop_blank = False
-                if not line.strip():
-                    dropped = True
-                    continue
-            if line.startswith(b"data:") and b'"usage"' in line and self._usage_only(line[5:]):
-                self._drop_blank = dropped = True
-                continue
-            kept.append(line)
-        if not dropped:
-            return data
-        return b"\n".join(kept) + b"\n" if kept else b""
-
-    def _usage_only(self, payload: bytes) -> bool:
-        """Take the usage of one chunk; True if it is the usage-only chunk to drop."""
-        try:
-            chunk = msgspec.json.decode(payload, type=_StreamChunk)
-        except msgspec.DecodeError:
-            return False
-        usage = chunk.usage.to_usage() if chunk.usage is not None else None
-        if usage is None:
-            return False
-        self.usage = usage
-        return not self._include_usage and not chunk.choices
-
-    def _finish(self) -> bytes:
-        """What to add once the upstream closed normally: its last line, then [DONE]."""
         out = b""
         if self._tail:
             tail, self._tail = self._tail, b""
             out = self._relay(tail + b"\n\n")
         if not self._saw_done:
-            # A bare newline first closes an event the upstream left open.
-            out += (b"" if self._ends_event else b"\n") + DONE_FRAME
+            raise StreamInterruptedError("the upstream ended the stream without [DONE]")
         return out
+
+    def _relay(self, chunk: bytes) -> bytes:
+        data = self._tail + chunk if self._tail else chunk
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data):
+            tail = data[cut:]
+            if len(tail) > self.max_line_bytes:
+                raise _line_too_long(self.max_line_bytes)
+            self._tail = tail
+            if cut == 0:
+                return b""
+            data = data[:cut]
+        else:
+            self._tail = b""
+        if self.count_text and self.usage is None:
+            self.completion_text_chars += _content_chars(data)
+        return self._checked(data)
+
+    def _checked(self, data: bytes) -> bytes:
+        """``data`` (whole lines) as it may go out: every line checked, usage recorded,
+        the usage-only event removed when the client did not ask for it."""
+        lines = data.split(b"\n")
+        drop: list[int] = []
+        for at, line in enumerate(lines[:-1]):  # ``data`` ends with a newline
+            if len(line) > self.max_line_bytes:
+                raise _line_too_long(self.max_line_bytes)
+            if not line or line == b"\r":
+                if self._drop_blank:
+                    drop.append(at)  # the dropped event's blank line
+                self._drop_blank = False
+                continue
+            self._drop_blank = False
+            if line.startswith(b"data:"):
+                if self._data_line(line[5:]):
+                    drop.append(at)
+                    self._drop_blank = True
+            elif not line.startswith(SSE_FIELDS):
+                raise StreamInterruptedError("the upstream answer is not an event stream")
+        if not drop:
+            return data
+        return b"".join(line + b"\n" for at, line in enumerate(lines[:-1]) if at not in drop)
+
+    def _data_line(self, payload: bytes) -> bool:
+        """Check one ``data:`` payload and take its usage; True to drop it (the usage-only
+        chunk the client did not ask for)."""
+        payload = payload.strip()
+        if payload == b"[DONE]":
+            self._saw_done = True
+            return False
+        if self._saw_done:
+            return False  # after the end: nothing the client will read
+        try:
+            chunk = msgspec.json.decode(payload, type=_StreamChunk)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise StreamInterruptedError("the upstream sent a frame that is not JSON") from None
+        if chunk.error is not None or chunk.object == "error":
+            raise StreamInterruptedError(f"upstream error: {_error_message(chunk)}")
+        usage = chunk.usage.to_usage() if chunk.usage is not None else None
+        if chunk.choices is None and usage is None:
+            raise StreamInterruptedError("the upstream sent a chunk without choices")
+        if usage is None:
+            return False
+        self.usage = usage
+        return not self._include_usage and not chunk.choices
 
 
 def encode_body(call: UpstreamCall, *, stream: bool | None, ask_usage: bool = True) -> bytes:
@@ -323,26 +346,43 @@ def _content_chars(data: bytes) -> int:
     return sum(match.end(1) - match.start(1) for match in _CONTENT_RE.finditer(data))
 
 
-def _mentions_usage_values(data: bytes) -> bool:
-    # OpenAI repeats "usage":null in every chunk once usage is requested; only a
-    # non-null usage is worth decoding.
-    nulls = data.count(b'"usage":null') + data.count(b'"usage": null')
-    return data.count(b'"usage"') > nulls
+def _line_too_long(limit: int) -> StreamInterruptedError:
+    return StreamInterruptedError(f"the upstream sent a line longer than the {limit}-byte limit")
 
 
-def _usage_of(content: bytes, status: int) -> Usage | None:
+def _error_message(chunk: _UpstreamReply) -> str:
+    error = chunk.error
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        text: str = error["message"]
+    elif isinstance(error, str):
+        text = error
+    else:
+        text = chunk.message or "unspecified"
+    return text[:MAX_UPSTREAM_DETAIL_BYTES]
+
+
+R = TypeVar("R", bound=_UpstreamReply)
+
+
+def _checked(content: bytes, status: int, shape: type[R]) -> R:
+    """``content`` decoded as ``shape``; an ``UpstreamError`` for a body that is not JSON,
+    not of that shape, or an error object sent with a 2xx status."""
     try:
-        fields = msgspec.json.decode(content, type=_UsageOnly).usage
-    except msgspec.ValidationError:
-        return None  # valid JSON of an unexpected shape: relay it, estimate usage
-    except msgspec.DecodeError as exc:
-        raise invalid_json(status) from exc
-    return fields.to_usage() if fields is not None else None
-
-
-def _completion_chars(content: bytes) -> int:
-    try:
-        choices = msgspec.json.decode(content, type=_ChoicesOnly).choices
+        reply = msgspec.json.decode(content, type=shape)
+    except msgspec.ValidationError as exc:
+        raise malformed(status, f"an answer of the wrong shape ({exc})") from None
     except msgspec.DecodeError:
-        return 0
-    return sum(len(c.message.content or "") for c in choices if c.message is not None)
+        raise invalid_json(status) from None
+    if reply.error is not None or reply.object == "error":
+        raise UpstreamError(
+            f"upstream {status}: {_error_message(reply)}", status=status, retryable=True
+        )
+    return reply
+
+
+def _completion_chars(choices: list[_Choice]) -> int:
+    return sum(
+        len(c.message.content)
+        for c in choices
+        if c.message is not None and isinstance(c.message.content, str)
+    )

@@ -1,8 +1,11 @@
-"""HTTP plumbing shared by the adapters: opening calls, bounded error bodies, reasons.
+"""HTTP plumbing shared by the adapters: opening calls, bounded reads, reasons.
 
-Failures become ``UpstreamError`` with a short human reason; an error body is read up
-to ``MAX_UPSTREAM_DETAIL_BYTES`` and never further, so a failing upstream costs no
-more than a succeeding one.
+Failures become ``UpstreamError`` with a short human reason. Nothing is read without
+a bound (``UpstreamLimits`` of the pool): an error body up to ``max_error_bytes`` and
+never further, so a failing upstream costs no more than a succeeding one; a whole
+answer up to ``max_body_bytes``, a listing or probe up to ``max_listing_bytes``. A
+reply past its bound is refused as soon as its ``Content-Length`` or its bytes say so,
+and its connection is closed rather than drained.
 """
 
 from __future__ import annotations
@@ -17,14 +20,20 @@ import aiohttp
 import msgspec
 
 from app.lib.http import (
-    NON_STREAM_DEADLINE_SECONDS,
     PROBE_TIMEOUT_SECONDS,
     Headers,
     UpstreamHttp,
+    UpstreamLimits,
     frozen_headers,
 )
+from app.lib.memory import LARGE_READ_BYTES
 from app.routing.backends.base import ChatStream
-from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, StreamInterruptedError, UpstreamError
+from app.routing.errors import (
+    MAX_UPSTREAM_DETAIL_BYTES,
+    StreamInterruptedError,
+    UpstreamError,
+    bounded_text,
+)
 from app.routing.types import Usage
 
 JSON_HEADERS: Headers = frozen_headers(
@@ -55,7 +64,7 @@ class UsageFields(msgspec.Struct):
 
 
 class ProbeAnswer(NamedTuple):
-    """What a probe got back: the status and the whole body."""
+    """What a probe got back: the status and the whole (bounded) body."""
 
     status: int
     body: bytes
@@ -97,6 +106,43 @@ def describe_error(exc: BaseException) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= REASON_LIMIT else text[:REASON_LIMIT] + "…"
+
+
+class BodyTooLargeError(Exception):
+    """An answer passed its read bound; its connection must be closed, not pooled."""
+
+    def __init__(self, limit: int, status: int) -> None:
+        super().__init__(f"answer larger than {limit} bytes")
+        self.limit = limit
+        self.status = status
+
+    def upstream_error(self) -> UpstreamError:
+        # Retryable in a pool (another backend may answer within bounds); it carries
+        # the upstream's status, so a single target (a custom LLM) is not asked again.
+        return UpstreamError(
+            f"upstream answer larger than the {self.limit}-byte limit",
+            status=self.status,
+            retryable=True,
+        )
+
+
+async def read_within(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body, if it is at most ``limit`` bytes; raises ``BodyTooLargeError``
+    as soon as the declared length or the bytes received pass it (the caller closes
+    the connection: ``release_or_close`` does, since the body was not read to its end).
+    """
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise BodyTooLargeError(limit, response.status)
+    parts: list[bytes] = []
+    size = 0
+    read = response.content.readany
+    while part := await read():
+        size += len(part)
+        if size > limit:
+            raise BodyTooLargeError(limit, response.status)
+        parts.append(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 async def read_bounded(
@@ -149,29 +195,35 @@ async def open_response(
     status = response.status
     if 200 <= status < 300:
         return response
+    limit = http.limits.max_error_bytes
     try:
-        detail = await read_bounded(response)
+        detail = await read_bounded(response, limit)
     finally:
         release_or_close(response)
-    raise UpstreamError.from_status(status, detail)
+    raise UpstreamError.from_status(status, bounded_text(detail, limit))
 
 
-async def fetch(
-    http: UpstreamHttp,
-    url: str,
-    data: bytes,
-    headers: Headers,
-    *,
-    deadline: float = NON_STREAM_DEADLINE_SECONDS,
-) -> tuple[int, bytes]:
-    """POST and read the whole 2xx body within ``deadline`` seconds: (status, body)."""
+async def fetch(http: UpstreamHttp, url: str, data: bytes, headers: Headers) -> tuple[int, bytes]:
+    """POST and read the whole 2xx body within the pool's deadline and body bound:
+    (status, body)."""
+    limits = http.limits
+    deadline = limits.deadline_seconds
     scope = asyncio.timeout(deadline)
     try:
         async with scope:
             response = await open_response(http, "POST", url, data=data, headers=headers)
-            # read() returns the connection to the pool at the end of the body, and
-            # closes it if the read fails or is cancelled.
-            return response.status, await response.read()
+            try:
+                body = await read_within(response, limits.max_body_bytes)
+            finally:
+                # Read to its end: back to the pool; cut short (too large, failed,
+                # cancelled): closed, so its buffers go and the upstream stops sending.
+                release_or_close(response)
+            if len(body) >= LARGE_READ_BYTES:
+                http.trimmer.request()
+            return response.status, body
+    except BodyTooLargeError as exc:
+        http.trimmer.request()
+        raise exc.upstream_error() from None
     except HTTP_ERRORS as exc:
         if scope.expired():
             raise UpstreamError.transport(f"no complete answer within {deadline:g}s") from exc
@@ -181,16 +233,24 @@ async def fetch(
 async def probe_get(
     http: UpstreamHttp, url: str, headers: Headers | None = None
 ) -> ProbeAnswer | str:
-    """GET ``url`` within the probe deadline: the answer, or why there is none."""
+    """GET ``url`` within the probe deadline and the listing bound: the answer, or why
+    there is none."""
+    limits = http.limits
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
             response = await http.session.request(
                 "GET", url, headers=headers, allow_redirects=False
             )
             try:
-                return ProbeAnswer(response.status, await response.read())
+                ok = 200 <= response.status < 300
+                limit = limits.max_listing_bytes if ok else limits.max_error_bytes
+                body = await (read_within if ok else read_bounded)(response, limit)
+                return ProbeAnswer(response.status, body)
             finally:
                 release_or_close(response)
+    except BodyTooLargeError as exc:
+        http.trimmer.request()
+        return f"answer larger than the {exc.limit}-byte limit"
     except TimeoutError:  # the deadline, or one of aiohttp's own timeouts
         return PROBE_TIMEOUT_REASON
     except HTTP_ERRORS as exc:
@@ -201,18 +261,31 @@ async def probe_get(
 
 def invalid_json(status: int) -> UpstreamError:
     # A 2xx that is not JSON is a broken upstream; another backend may do better.
-    return UpstreamError(f"upstream {status}: invalid JSON body", status=status, retryable=True)
+    return malformed(status, "invalid JSON body")
+
+
+def malformed(status: int, what: str) -> UpstreamError:
+    """A 2xx answer that cannot be relayed as one (not JSON, the wrong shape)."""
+    return UpstreamError(f"upstream {status}: {what}", status=status, retryable=True)
 
 
 class UpstreamChatStream(ChatStream):
     """Reads an upstream body as bytes arrive and hands each read to the subclass, which
-    translates or relays it; owns the connection's release, errors and ``aclose``."""
+    translates or relays it; owns the connection's release, errors and ``aclose``.
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    The wait for the first chunk is bounded by the pool's read timeout (a long prefill
+    is normal); once it came, silence between two chunks by ``stream_idle_seconds``.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse, limits: UpstreamLimits) -> None:
         self._response = response
         self._read = response.content.readany  # whatever arrived, at once: b"" at the end
         self._finished = False
         self._closed = False
+        self._receiving = False
+        self._idle_seconds = limits.stream_idle_seconds
+        self.max_line_bytes = limits.max_event_bytes
+        """The longest line (SSE or NDJSON) the subclass accepts before failing."""
 
     def __aiter__(self) -> UpstreamChatStream:
         return self
@@ -226,11 +299,21 @@ class UpstreamChatStream(ChatStream):
                 if self._closed:
                     break  # the caller closed the stream under us: end quietly
                 if isinstance(exc, HTTP_ERRORS):
-                    raise StreamInterruptedError(describe_error(exc)) from exc
+                    reason = describe_error(exc)
+                    if self._receiving and isinstance(exc, TimeoutError):
+                        reason = f"no data for {self._idle_seconds:g}s"
+                    raise StreamInterruptedError(reason) from exc
                 raise
+            if not self._receiving:
+                self._receiving = True
+                self._tighten_read_timeout()
             if not chunk:
                 self._end()  # fully read: back to the pool
-                out = self._at_end()
+                try:
+                    out = self._at_end()
+                except StreamInterruptedError:
+                    self._finished = True
+                    raise
                 if out:
                     return out
                 break
@@ -242,6 +325,18 @@ class UpstreamChatStream(ChatStream):
             if out:
                 return out
         raise StopAsyncIteration
+
+    def _tighten_read_timeout(self) -> None:
+        # aiohttp restarts its per-read timer on every received packet; from now on it
+        # runs with the idle bound. The connection's next request sets its own again.
+        connection = self._response.connection
+        protocol = connection.protocol if connection is not None else None
+        if protocol is not None:
+            protocol.read_timeout = self._idle_seconds
+            # Restart the timer now, unless reading is paused (a full buffer: the
+            # timer is off then, as the silence is ours, not the upstream's).
+            if not getattr(protocol, "_reading_paused", False):
+                protocol.start_timeout()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -257,8 +352,10 @@ class UpstreamChatStream(ChatStream):
 
     @abc.abstractmethod
     def _on_chunk(self, chunk: bytes) -> bytes:
-        """What to send the client for this read (b"" for nothing yet)."""
+        """What to send the client for this read (b"" for nothing yet); raises
+        ``StreamInterruptedError`` for what cannot be relayed."""
 
     @abc.abstractmethod
     def _at_end(self) -> bytes:
-        """What to send once the upstream closed the body normally."""
+        """What to send once the upstream closed the body normally; raises
+        ``StreamInterruptedError`` if the stream was not complete."""
