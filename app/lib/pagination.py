@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Annotated, Generic, TypeVar
 
 import msgspec
 from advanced_alchemy.filters import LimitOffset, OrderBy
@@ -11,6 +11,14 @@ T = TypeVar("T")
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
+MAX_OFFSET = 1_000_000_000
+"""Past any list anyone pages through, and within every database's integers (an
+offset of 2**63 used to reach PostgreSQL and fail there)."""
+
+Limit = Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)]
+"""``limit`` of every paginated list (query parameter or JSON-RPC param)."""
+Offset = Annotated[int, msgspec.Meta(ge=0, le=MAX_OFFSET)]
+"""``offset`` of every paginated list."""
 
 
 class Page(msgspec.Struct, Generic[T]):

@@ -61,6 +61,7 @@ from app.lib.logging import configure_logging
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings, load_settings
 from app.server.errors import exception_handlers
+from app.server.input import CheckedRequest, refuse_unstorable_parameters
 from app.server.lifespan import build_lifespan
 from app.server.middleware import request_context_middleware
 from app.server.openapi import document_errors
@@ -197,6 +198,8 @@ def create_app(
         lifespan=[build_lifespan(resources)],
         on_startup=[document_errors],
         exception_handlers=exception_handlers(),
+        request_class=CheckedRequest,
+        before_request=refuse_unstorable_parameters,
         request_max_body_size=settings.max_body_bytes,
         cors_config=cors,
         openapi_config=OpenAPIConfig(title="Arona", version=__version__, path="/schema"),

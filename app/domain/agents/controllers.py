@@ -36,8 +36,8 @@ from app.domain.agents.schemas import (
 from app.domain.agents.services import AgentDeploymentService, AgentNodeService
 from app.domain.agents.setup import Agents
 from app.domain.agents.views import agent_out, deployment_out
-from app.domain.backends.controllers import LimitQuery, OffsetQuery
 from app.domain.backends.deps import platform_admin
+from app.domain.paging import LimitQuery, OffsetQuery
 from app.lib.events.base import EventBus
 from app.lib.pagination import DEFAULT_LIMIT, Page
 

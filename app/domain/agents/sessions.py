@@ -36,6 +36,7 @@ from app.domain.agents.frames import (
 from app.domain.agents.hub import AgentHub, AgentLink
 from app.domain.agents.services import AgentDeploymentService, AgentNodeService
 from app.lib.events.base import EventBus
+from app.lib.input_checks import unstorable_path
 
 MAX_BAD_FRAMES = 5
 logger = structlog.get_logger()
@@ -85,6 +86,15 @@ class AgentSession:
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             self._garbage(str(exc)[:300])
             return None
+        except RecursionError:
+            self._garbage("frame nested too deeply")
+            return None
+        if "\\u0000" in data:
+            # Frames name models and deployments that are stored: no NUL in them.
+            where = unstorable_path(msgspec.to_builtins(frame))
+            if where is not None:
+                self._garbage(f"`{where}` contains a NUL character, which cannot be stored")
+                return None
         self._bad = 0
         return frame
 

@@ -8,10 +8,8 @@ responses say whether a key is set (``has_api_key``), never what it is.
 from __future__ import annotations
 
 import datetime
-from typing import Annotated
 
 from litestar import Controller, delete, get, post
-from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import BackendConfig, ModelAlias
@@ -29,13 +27,12 @@ from app.domain.backends.schemas import (
 )
 from app.domain.backends.services import AliasService, BackendConfigService
 from app.domain.backends.sync import RoutingConfigSync
-from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
+from app.domain.paging import LimitQuery, OffsetQuery
+from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
 from app.routing.registry import BackendRegistry, BackendState
 from app.routing.types import monotonic
 
-LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
-OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
 # Stored but absent from the registry: its key could not be decrypted or no adapter
 # could be built for it (the server log says which).
 NOT_LOADED = HealthOut(status="unknown", reason="not loaded on this replica", checked_at=None)

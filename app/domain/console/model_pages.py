@@ -24,6 +24,7 @@ from app.domain.console.tab_support import (
     parse,
 )
 from app.domain.conversations.services import ConversationService
+from app.domain.paging import OffsetQuery
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.schemas import ProjectModelsIn
 from app.domain.profiles.services import ProjectModelsService
@@ -158,7 +159,7 @@ class ConversationsTab(Controller):
         tab_scope: TabScope,
         project_id: UUID,
         conversations_service: ConversationService,
-        offset: int = 0,
+        offset: OffsetQuery = 0,
         priority: bool | None = None,
     ) -> Template:
         offset = max(0, offset)

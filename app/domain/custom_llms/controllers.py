@@ -28,7 +28,7 @@ from app.domain.custom_llms.schemas import (
 from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
 from app.domain.custom_llms.stored import stored_llm
-from app.domain.projects.controllers import LimitQuery, OffsetQuery
+from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
 from app.lib.pagination import DEFAULT_LIMIT, Page

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from app.lib.errors import BadRequestError
+from app.lib.input_checks import check_text_fields, decode_json_document
 from app.routing.types import RawBody
 
 T = TypeVar("T")
@@ -49,6 +50,8 @@ def _name(fields: RawBody, name: str) -> str | None:
     value = _decode(fields, name, str, "a string")
     if value is not None and (not value.strip() or len(value) > MAX_NAME_CHARS):
         raise BadRequestError(f"`{name}` must be 1 to {MAX_NAME_CHARS} characters", param=name)
+    if value is not None:
+        check_text_fields(((name, value),))
     return value
 
 
@@ -66,13 +69,22 @@ def _require_array(fields: RawBody, name: str, *, allow_string: bool) -> None:
 
 
 def parse_request(raw: bytes, endpoint: Endpoint) -> GatewayRequest:
+    """Split ``raw`` into what routing reads and what is relayed as bytes.
+
+    The whole body is checked first as a JSON document an upstream's parser accepts
+    (valid UTF-8, numbers in range, nesting within ``MAX_JSON_DEPTH``): what would
+    only fail upstream, as a 502, is a 400 here. Prompt text is relayed as sent; the
+    fields Arona stores (``model``, ``conversation_id``, ``provider``) must also be
+    storable.
+    """
     if not raw.strip():
         raise BadRequestError("request body is empty; send a JSON object", code="invalid_json")
+    decode_json_document(raw)
     try:
         fields = msgspec.json.decode(raw, type=RawBody)
     except msgspec.ValidationError:
         raise BadRequestError("request body must be a JSON object", code="invalid_json") from None
-    except msgspec.DecodeError as exc:
+    except msgspec.DecodeError as exc:  # checked above; kept for a decoder that differs
         message = f"request body is not valid JSON: {exc}"
         raise BadRequestError(message, code="invalid_json") from None
     model = _name(fields, "model")

@@ -29,7 +29,7 @@ from app.domain.accounts.principals import Principal
 from app.domain.overrides.schemas import MAX_TARGET, OverrideCreate, OverrideOut
 from app.domain.overrides.services import OverrideService
 from app.domain.overrides.sync import OverrideSync
-from app.domain.projects.controllers import LimitQuery, OffsetQuery
+from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
 from app.lib.errors import BadRequestError

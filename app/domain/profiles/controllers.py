@@ -14,16 +14,15 @@ once, then to the other replicas through ``ProfileSync``.
 
 from __future__ import annotations
 
-from typing import Annotated
 from uuid import UUID
 
 from litestar import Controller, delete, get, patch, post, put
-from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import ModelProfile
 from app.domain.accounts.principals import Principal, RuntimePrincipal
 from app.domain.backends.deps import platform_admin
+from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.domain.profiles.schemas import (
     LlmCatalog,
@@ -38,10 +37,7 @@ from app.domain.profiles.sync import ProfileSync
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
 from app.lib.errors import PermissionDeniedError
-from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
-
-LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
-OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
+from app.lib.pagination import DEFAULT_LIMIT, Page
 
 
 def profile_out(row: ModelProfile) -> ProfileOut:

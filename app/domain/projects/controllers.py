@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, delete, get, patch, post
-from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import Project, User
@@ -16,6 +14,7 @@ from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.services import UserService, normalize_email
 from app.domain.accounts.sync import ApiKeySync
+from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects import lifecycle
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
@@ -27,10 +26,7 @@ from app.domain.projects.schemas import (
 )
 from app.domain.projects.services import ProjectMemberService, ProjectService
 from app.lib.errors import NotFoundError, PermissionDeniedError
-from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
-
-LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
-OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
+from app.lib.pagination import DEFAULT_LIMIT, Page
 
 
 def project_out(project: Project, role: str) -> ProjectOut:

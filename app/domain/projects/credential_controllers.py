@@ -11,8 +11,8 @@ from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenS
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
+from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects import lifecycle
-from app.domain.projects.controllers import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     ApiKeyCreate,

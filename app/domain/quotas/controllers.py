@@ -22,7 +22,7 @@ from litestar import Controller, Request, get, put
 from app.db.models import Project, ProjectQuota, UsageRecord
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
-from app.domain.projects.controllers import LimitQuery, OffsetQuery
+from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage

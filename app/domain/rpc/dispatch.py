@@ -34,6 +34,7 @@ from app.domain.rpc.protocol import (
     rpc_error_of,
 )
 from app.lib.errors import AronaError
+from app.lib.input_checks import unstorable, unstorable_path
 
 logger = structlog.get_logger()
 
@@ -115,6 +116,10 @@ class Dispatcher(Generic[Ctx]):
         if isinstance(request.params, list):
             raise invalid_params("invalid params: pass params by name (an object)", None)
         raw = {} if isinstance(request.params, msgspec.UnsetType) else request.params
+        where = unstorable_path(raw)
+        if where is not None:
+            # Params end up in rows (a job's prompt): refused before any method runs.
+            raise rpc_error_of(unstorable(where))
         try:
             params = msgspec.convert(raw, method.params)
         except msgspec.ValidationError as exc:

@@ -32,9 +32,10 @@ from app.domain.rpc.dispatch import Dispatcher, Method
 from app.domain.rpc.live import Subscriber
 from app.domain.rpc.protocol import APPLICATION_ERROR, METHOD_NOT_FOUND, RpcError
 from app.domain.video.events import notification_of
-from app.domain.video.facade import VideoJobs, VideoOwner
+from app.domain.video.facade import DEFAULT_LIST_LIMIT, ListLimit, VideoJobs, VideoOwner
 from app.domain.video.schemas import VideoJobOut, VideoJobRequest
 from app.lib.errors import NotFoundError
+from app.lib.pagination import Offset
 
 MAX_STREAMS = 256
 """Streams one socket may follow at once (finished ones no longer count)."""
@@ -67,8 +68,8 @@ class StreamRef(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ListParams(msgspec.Struct, forbid_unknown_fields=True):
-    limit: Annotated[int, Meta(ge=1, le=100)] = 20
-    offset: Annotated[int, Meta(ge=0)] = 0
+    limit: ListLimit = DEFAULT_LIST_LIMIT
+    offset: Offset = 0
 
 
 def stream_not_found() -> NotFoundError:

@@ -13,7 +13,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.lib.errors import AronaError, RateLimitedError
+from app.lib.errors import AronaError, BadRequestError, RateLimitedError
+from app.lib.input_checks import decode_json_document
 
 VERSION = "2.0"
 PARSE_ERROR = -32700
@@ -104,15 +105,15 @@ def params_error(exc: msgspec.ValidationError) -> RpcError:
     return invalid_params(f"invalid params: {detail}", param_of(exc))
 
 
-_decoder = msgspec.json.Decoder()
-
-
 def decode_body(body: bytes | str) -> Any:
-    """The JSON value of a message; -32700 when it is not JSON at all."""
+    """The JSON value of a message; -32700 when it is not JSON, or nested past the
+    bound (``app.lib.input_checks``)."""
+    raw = body.encode() if isinstance(body, str) else body
     try:
-        return _decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise RpcError(PARSE_ERROR, f"parse error: {exc}") from None
+        return decode_json_document(raw)
+    except BadRequestError as exc:
+        detail = exc.message.removeprefix("request body is not valid JSON: ")
+        raise RpcError(PARSE_ERROR, f"parse error: {detail}", {"code": exc.code}) from None
 
 
 def response(request_id: RequestId, result: Any) -> dict[str, Any]:

@@ -23,7 +23,8 @@ from litestar.status_codes import HTTP_200_OK, HTTP_204_NO_CONTENT
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
 from app.domain.gateway.deps import GatewayCall
-from app.domain.video.facade import DEFAULT_LIST_LIMIT, VideoJobs, VideoOwner
+from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.video.facade import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, VideoJobs, VideoOwner
 from app.domain.video.prices import VideoPrices
 from app.domain.video.schemas import (
     VideoJobList,
@@ -32,14 +33,12 @@ from app.domain.video.schemas import (
     VideoPriceIn,
     VideoPriceOut,
 )
-from app.lib.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page
+from app.lib.pagination import DEFAULT_LIMIT, Page
 
 # A 10 MiB first-frame image is ~13.4 MiB of base64: this route takes more than the
 # API's general body cap.
 MAX_CREATE_BODY_BYTES = 15 * 1024 * 1024
-
-LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
-OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0)]
+JobLimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIST_LIMIT)]
 
 
 class VideoGenerationController(Controller):
@@ -57,8 +56,8 @@ class VideoGenerationController(Controller):
         self,
         gateway_call: GatewayCall,
         video_jobs: VideoJobs,
-        limit: int = DEFAULT_LIST_LIMIT,
-        offset: int = 0,
+        limit: JobLimitQuery = DEFAULT_LIST_LIMIT,
+        offset: OffsetQuery = 0,
     ) -> VideoJobList:
         jobs, total = await video_jobs.list(
             VideoOwner.of(gateway_call.caller), limit=limit, offset=offset

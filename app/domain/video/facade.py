@@ -15,8 +15,10 @@ import builtins
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
+
+import msgspec
 
 from app.db.models import VideoJob
 from app.domain.gateway.services import Caller
@@ -36,6 +38,8 @@ from app.routing.types import RouteHints
 
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 100
+ListLimit = Annotated[int, msgspec.Meta(ge=1, le=MAX_LIST_LIMIT)]
+"""``limit`` of a job list (REST and JSON-RPC); ``offset`` is the shared ``Offset``."""
 
 
 @dataclass(frozen=True, slots=True)
