@@ -115,7 +115,7 @@ def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
 
 def _gateway_routes(resources: Resources) -> list[ASGIRouteHandler]:
     chat, embeddings = gateway_asgi_handlers(
-        resources.authenticator,
+        resources.callers,
         resources.gateway,
         max_body_bytes=resources.settings.max_body_bytes,
     )
@@ -128,7 +128,7 @@ def _gateway_routes(resources: Resources) -> list[ASGIRouteHandler]:
 def _rpc_routes(resources: Resources) -> list[ASGIRouteHandler | WebsocketRouteHandler]:
     """JSON-RPC at ``/api/rpc`` (HTTP), ``/api/rpc/ws`` and ``/api/rpc/events`` (SSE)."""
     return rpc_routes(
-        resources.authenticator,
+        resources.callers,
         resources.video_jobs,
         resources.event_bus,
         max_body_bytes=resources.settings.max_body_bytes,
@@ -190,7 +190,7 @@ def create_app(
             **profiles_dependencies(),
             **custom_llms_dependencies(),
             **overrides_dependencies(),
-            **gateway_dependencies(resources.authenticator, resources.gateway),
+            **gateway_dependencies(resources.callers, resources.gateway),
             **web_dependencies(),
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],

@@ -18,6 +18,7 @@ from sqlalchemy import select
 
 from app.db.config import build_db_config, install_sqlite_pragmas
 from app.db.models import ApiKey
+from app.db.outage import unavailable_on_outage
 from app.domain.accounts.authenticator import Authenticator
 from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, KeyLookup
 from app.domain.accounts.last_used import LastUsedRecorder
@@ -28,11 +29,13 @@ from app.domain.backends.failover import FailoverControl
 from app.domain.backends.sync import RoutingConfigSync
 from app.domain.custom_llms.setup import CustomLlms, build_custom_llms
 from app.domain.gateway.admission import CallAdmission
+from app.domain.gateway.callers import CallerResolver
 from app.domain.gateway.services import GatewayService
 from app.domain.overrides.index import OverrideIndex
 from app.domain.overrides.sync import OverrideSync, build_override_sync
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.sync import ProfileSync, build_profile_sync
+from app.domain.projects.memberships import ProjectMemberships, db_membership_loader
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_loader
 from app.domain.quotas.usage_recorder import UsageRecorder, build_usage_recorder
@@ -91,6 +94,8 @@ class Resources:
     api_key_sync: ApiKeySync
     last_used: LastUsedRecorder
     authenticator: Authenticator
+    callers: CallerResolver
+    """Who pays for a ``/v1`` or JSON-RPC call (``app.domain.gateway.callers``)."""
     http_client: UpstreamHttp
     backend_registry: BackendRegistry
     alias_table: AliasTable
@@ -270,6 +275,13 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         db_config=db_config,
         tunnels=EvernightTunnels(BridgeClient(settings.evernight_url).connect),
     )
+    authenticator = Authenticator(
+        tokens=tokens,
+        revocations=revocations,
+        api_keys=index,
+        last_used=last_used,
+        admin_token=settings.admin_token,
+    )
     video_jobs, video_poller, video_prices = build_video(
         settings, engine=db_config.get_engine(), routing=routing, quotas=quota_gate, bus=event_bus
     )
@@ -287,12 +299,14 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         api_key_index=index,
         api_key_sync=ApiKeySync(index, event_bus),
         last_used=last_used,
-        authenticator=Authenticator(
-            tokens=tokens,
-            revocations=revocations,
-            api_keys=index,
-            last_used=last_used,
-            admin_token=settings.admin_token,
+        authenticator=authenticator,
+        callers=CallerResolver(
+            authenticator,
+            ProjectMemberships(
+                unavailable_on_outage(
+                    db_membership_loader(db_config), "project memberships cannot be read"
+                )
+            ),
         ),
         http_client=http_client,
         backend_registry=registry,

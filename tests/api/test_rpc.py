@@ -266,10 +266,19 @@ def _project() -> dict[str, str]:
     return {"name": "Rpc", "slug": f"rpc-{uuid.uuid4().hex[:10]}"}
 
 
-async def test_a_user_token_works_and_sees_only_the_users_own_jobs(server: Replica) -> None:
+async def test_a_user_token_names_its_project_and_sees_that_projects_jobs(
+    server: Replica,
+) -> None:
     _, user = await new_user(server.http)  # type: ignore[arg-type]
-    answer = await call(server.http, user, "video.list", {})
+    response = await post_rpc(server.http, user, request("video.list", {}))
+    assert error(response.json(), INVALID_PARAMS)["data"]["code"] == "project_required"
+    project = (await server.http.post("/api/projects", json=_project(), headers=user)).json()
+    member = {**user, "X-Arona-Project": project["id"]}
+    answer = await call(server.http, member, "video.list", {})
     assert result(answer) == {"items": [], "total": 0, "limit": 20, "offset": 0}
+    stranger = {**user, "X-Arona-Project": str(uuid.uuid4())}
+    response = await post_rpc(server.http, stranger, request("video.list", {}))
+    assert error(response.json(), APP)["data"]["code"] == "project_not_found"
 
 
 async def test_http_refusals_are_json_rpc_shaped(

@@ -29,7 +29,6 @@ from tests.api.video_support import (
     video_pg_settings,
     wait_status,
 )
-from tests.helpers import new_user
 
 __all__ = ["minimax", "server", "video_pg_settings"]
 
@@ -232,10 +231,11 @@ async def test_another_projects_jobs_and_streams_are_not_found(
     created = result(
         await call(server.http, mine, "video.create", {"model": setup.model, "prompt": "[stuck] x"})
     )
-    other = (await new_tenant(server.http)).key
-    _, user = await new_user(server.http)  # type: ignore[arg-type]
-    owner = setup.tenant.owner  # the project owner's own token: not the project's jobs
-    for headers in (other, user, owner):
+    stranger = await new_tenant(server.http)
+    other = stranger.key
+    # Another project's owner, charging their own project: not this project's jobs.
+    user = {**stranger.owner, "X-Arona-Project": stranger.project_id}
+    for headers in (other, user):
         for method in ("video.get", "video.cancel"):
             answer = await call(server.http, headers, method, {"job_id": created["job_id"]})
             assert error(answer, APP)["data"]["code"] == "video_job_not_found"

@@ -302,9 +302,8 @@ async def test_another_owners_job_is_a_404(api: httpx.AsyncClient, minimax: Mini
     await add_minimax_backend(api, minimax, model)
     tenant, other = await new_tenant(api), await new_tenant(api)
     job = await create_job(api, tenant.key, model, "mine [stuck]")
-    # Another project's key, and the owner's own user token (a user's jobs are the
-    # ones made without a project), see nothing.
-    for headers in (other.key, tenant.owner):
+    # Another project's key, and its owner's token naming that project, see nothing.
+    for headers in (other.key, {**other.owner, "X-Arona-Project": other.project_id}):
         for response in (
             await api.get(f"/v1/video/generations/{job['id']}", headers=headers),
             await api.post(f"/v1/video/generations/{job['id']}/cancel", headers=headers),
@@ -319,17 +318,25 @@ async def test_another_owners_job_is_a_404(api: httpx.AsyncClient, minimax: Mini
         )
     assert (await get_job(api, tenant.key, job["id"]))["status"] in ("queued", "running")
 
-    # A user's own job (user token, no project) is theirs alone.
-    mine = await create_job(api, other.owner, model, "user-owned [stuck]")
-    assert (await get_job(api, other.owner, mine["id"]))["id"] == mine["id"]
+    # A member's token names the project the job is charged to: the project's job,
+    # which its API key sees too; without a project a user token is refused.
+    member = {**other.owner, "X-Arona-Project": other.project_id}
+    mine = await create_job(api, member, model, "member-made [stuck]")
+    assert (await get_job(api, member, mine["id"]))["id"] == mine["id"]
+    assert (await get_job(api, other.key, mine["id"]))["id"] == mine["id"]
     assert_error(
-        await api.get(f"/v1/video/generations/{mine['id']}", headers=other.key),
+        await api.get(f"/v1/video/generations/{mine['id']}", headers=tenant.key),
         404,
         "video_job_not_found",
     )
-    listed = (await api.get("/v1/video/generations", headers=other.owner)).json()
+    assert_error(
+        await api.get(f"/v1/video/generations/{mine['id']}", headers=other.owner),
+        400,
+        "project_required",
+    )
+    listed = (await api.get("/v1/video/generations", headers=member)).json()
     assert [j["id"] for j in listed["data"]] == [mine["id"]]
-    for owner, job_id in ((tenant.key, job["id"]), (other.owner, mine["id"])):
+    for owner, job_id in ((tenant.key, job["id"]), (member, mine["id"])):
         response = await api.post(f"/v1/video/generations/{job_id}/cancel", headers=owner)
         assert response.status_code == 200, response.text
 

@@ -330,15 +330,23 @@ async def test_an_upstream_that_goes_away_turns_unhealthy_and_calls_get_500(
     assert info.value.code == "backend_unavailable"
 
 
-async def test_a_user_access_token_works_and_runtime_tokens_are_refused(env: GatewayEnv) -> None:
+async def test_a_user_access_token_works_for_its_project_and_runtime_tokens_are_refused(
+    env: GatewayEnv,
+) -> None:
     _, url = await env.fake(models=["chat-user"])
     await env.register(unique("ext"), url)
     response = await env.http.post(
         "/v1/chat/completions",
         json={"model": "chat-user", "messages": MESSAGES},
-        headers=env.user_headers,
+        headers={**env.user_headers, "X-Arona-Project": env.project_id},
     )
     assert response.status_code == 200, response.text
+    unattributed = await env.http.post(
+        "/v1/chat/completions",
+        json={"model": "chat-user", "messages": MESSAGES},
+        headers=env.user_headers,
+    )
+    assert_error(unattributed, 400, "project_required")
     token = await env.http.post(
         f"/api/projects/{env.project_id}/runtime-tokens", json={}, headers=env.user_headers
     )

@@ -14,22 +14,28 @@ from collections.abc import Awaitable, Callable
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
-from app.domain.accounts.authenticator import Authenticator
+from app.domain.gateway.callers import PROJECT_HEADER_KEY, CallerResolver
 from app.domain.gateway.parsing import Endpoint, parse_request
 from app.domain.gateway.services import Caller, GatewayService
 from app.lib.asgi_io import ClientLeftError, read_body
 from app.lib.asgi_stream import send_event_stream
-from app.lib.errors import AuthenticationError
 
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def _authorization(scope: Scope) -> str | None:
+_PROJECT = PROJECT_HEADER_KEY.encode()
+
+
+def _credentials(scope: Scope) -> tuple[str | None, str | None]:
+    """The ``Authorization`` and ``X-Arona-Project`` headers."""
+    authorization = project = None
     for name, value in scope["headers"]:
         if name == b"authorization":
-            return bytes(value).decode("latin-1")
-    return None
+            authorization = bytes(value).decode("latin-1")
+        elif name == _PROJECT:
+            project = bytes(value).decode("latin-1")
+    return authorization, project
 
 
 async def _send_json(send: Send, body: bytes) -> None:
@@ -44,13 +50,10 @@ async def _send_json(send: Send, body: bytes) -> None:
 
 
 def gateway_asgi_handlers(
-    authenticator: Authenticator, gateway: GatewayService, *, max_body_bytes: int
+    callers: CallerResolver, gateway: GatewayService, *, max_body_bytes: int
 ) -> tuple[ASGIHandler, ASGIHandler]:
     async def caller_of(scope: Scope) -> Caller:
-        principal = await authenticator.authenticate(_authorization(scope))
-        if principal is None:
-            raise AuthenticationError("authentication required", code="missing_credentials")
-        return Caller.of(principal)
+        return await callers.caller(*_credentials(scope))
 
     async def relay(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
         if scope.get("method") != "POST":

@@ -14,9 +14,8 @@ from typing import Any
 from litestar import Request
 from litestar.di import Provide
 
-from app.domain.accounts.authenticator import Authenticator
+from app.domain.gateway.callers import PROJECT_HEADER, CallerResolver
 from app.domain.gateway.services import Caller, GatewayService
-from app.lib.errors import AuthenticationError
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,13 +24,10 @@ class GatewayCall:
     gateway: GatewayService
 
 
-def gateway_dependencies(
-    authenticator: Authenticator, gateway: GatewayService
-) -> dict[str, Provide]:
+def gateway_dependencies(callers: CallerResolver, gateway: GatewayService) -> dict[str, Provide]:
     async def provide_gateway_call(request: Request[Any, Any, Any]) -> GatewayCall:
-        principal = await authenticator.authenticate(request.headers.get("authorization"))
-        if principal is None:
-            raise AuthenticationError("authentication required", code="missing_credentials")
-        return GatewayCall(Caller.of(principal), gateway)
+        headers = request.headers
+        caller = await callers.caller(headers.get("authorization"), headers.get(PROJECT_HEADER))
+        return GatewayCall(caller, gateway)
 
     return {"gateway_call": Provide(provide_gateway_call)}

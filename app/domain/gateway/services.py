@@ -12,12 +12,11 @@ from uuid import UUID
 
 import structlog
 
-from app.domain.accounts.principals import ApiKeyPrincipal, Principal, UserPrincipal
 from app.domain.gateway.admission import Admission, CallAdmission
 from app.domain.gateway.parsing import Endpoint, GatewayRequest, ListedModelOut
 from app.domain.quotas.usage import UsageEntry, UsageSink
 from app.lib.clock import utcnow
-from app.lib.errors import AronaError, PermissionDeniedError
+from app.lib.errors import AronaError
 from app.lib.sse import DONE, error_frame
 from app.routing.service import CallOutcome, RelayedStream, RoutingService
 from app.routing.types import RouteHints, Usage
@@ -40,25 +39,17 @@ def done_frame_at(chunk: bytes) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    project_id: UUID | None
+    """Who a call is for (``app.domain.gateway.callers`` resolves it): always a
+    project, and the API key or the user that called on its behalf."""
+
+    project_id: UUID
     api_key_id: UUID | None
     user_id: UUID | None
 
     @property
     def scope(self) -> str:
-        """Namespace of conversation pins: the project, or the user without one."""
-        return str(self.project_id) if self.project_id else f"user:{self.user_id}"
-
-    @classmethod
-    def of(cls, principal: Principal) -> Caller:
-        if isinstance(principal, ApiKeyPrincipal):
-            return cls(principal.project_id, principal.key_id, None)
-        if isinstance(principal, UserPrincipal):
-            return cls(None, None, principal.user_id)
-        raise PermissionDeniedError(
-            "the /v1 API takes a project API key or a user access token",
-            code="principal_not_allowed",
-        )
+        """Namespace of conversation pins: the project."""
+        return str(self.project_id)
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from litestar.types import Receive, Scope, Send
 
-from app.domain.accounts.authenticator import Authenticator
+from app.domain.gateway.callers import CallerResolver
 from app.domain.rpc.methods import RpcContext, http_dispatcher
 from app.domain.rpc.protocol import INVALID_REQUEST, RpcError
 from app.domain.rpc.transport import (
@@ -28,7 +28,7 @@ from app.lib.errors import AronaError, PayloadTooLargeError
 
 
 def rpc_http_handler(
-    authenticator: Authenticator, jobs: VideoJobs, *, max_body_bytes: int
+    callers: CallerResolver, jobs: VideoJobs, *, max_body_bytes: int
 ) -> ASGIHandler:
     dispatcher = http_dispatcher(request_id)
 
@@ -42,7 +42,7 @@ def rpc_http_handler(
             await send_error(send, 405, error, [(b"allow", b"POST")])
             return
         try:
-            owner = await owner_of(authenticator, scope)
+            owner = await owner_of(callers, scope)
         except AronaError as exc:
             await send_json(send, *failure(exc))
             return

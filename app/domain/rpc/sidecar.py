@@ -28,7 +28,7 @@ import msgspec
 import structlog
 from litestar.types import Receive, Scope, Send
 
-from app.domain.accounts.authenticator import Authenticator
+from app.domain.gateway.callers import CallerResolver
 from app.domain.rpc.live import FeedUnavailableError, LiveHub, Subscriber, SubscriberEndedError
 from app.domain.rpc.methods import stream_not_found
 from app.domain.rpc.protocol import INVALID_REQUEST, RpcError, invalid_params
@@ -97,7 +97,7 @@ async def stream_frames(
                 logger.warning("could not re-read a video job", error=repr(exc))
 
 
-def rpc_events_handler(authenticator: Authenticator, jobs: VideoJobs, hub: LiveHub) -> ASGIHandler:
+def rpc_events_handler(callers: CallerResolver, jobs: VideoJobs, hub: LiveHub) -> ASGIHandler:
     async def rpc_events(scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("method") != "GET":
             error = RpcError(
@@ -106,7 +106,7 @@ def rpc_events_handler(authenticator: Authenticator, jobs: VideoJobs, hub: LiveH
             await send_error(send, 405, error, [(b"allow", b"GET")])
             return
         try:
-            owner = await owner_of(authenticator, scope)
+            owner = await owner_of(callers, scope)
         except AronaError as exc:
             await send_json(send, *failure(exc))
             return

@@ -32,7 +32,7 @@ from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 from litestar.handlers import WebsocketRouteHandler
 
-from app.domain.accounts.authenticator import Authenticator
+from app.domain.gateway.callers import CallerResolver
 from app.domain.rpc.dispatch import Dispatcher
 from app.domain.rpc.live import (
     LOST,
@@ -176,13 +176,13 @@ def _is_disconnect(exc: BaseException) -> bool:
 
 
 def rpc_socket_handler(
-    authenticator: Authenticator, jobs: VideoJobs, hub: LiveHub, *, max_message_bytes: int
+    callers: CallerResolver, jobs: VideoJobs, hub: LiveHub, *, max_message_bytes: int
 ) -> WebsocketRouteHandler:
     dispatcher = socket_dispatcher(request_id)
 
     async def rpc_socket(socket: Socket) -> None:
         try:
-            owner = await owner_of(authenticator, socket.scope)
+            owner = await owner_of(callers, socket.scope)
         except AronaError as exc:
             await _deny(socket, exc)
             return

@@ -7,11 +7,10 @@ from collections.abc import Awaitable, Callable, Sequence
 import structlog
 from litestar.types import Message, Receive, Scope, Send
 
-from app.domain.accounts.authenticator import Authenticator
-from app.domain.gateway.services import Caller
+from app.domain.gateway.callers import PROJECT_HEADER_KEY, CallerResolver
 from app.domain.rpc.protocol import INTERNAL_ERROR, RpcError, encode_error, rpc_error_of
 from app.domain.video.facade import VideoOwner
-from app.lib.errors import AronaError, AuthenticationError
+from app.lib.errors import AronaError
 
 JSON = (b"content-type", b"application/json")
 Headers = Sequence[tuple[bytes, bytes]]
@@ -26,12 +25,13 @@ def header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def owner_of(authenticator: Authenticator, scope: Scope) -> VideoOwner:
-    """The caller as ``/v1`` sees it (API key or user token); raises ``AronaError``."""
-    principal = await authenticator.authenticate(header(scope, b"authorization"))
-    if principal is None:
-        raise AuthenticationError("authentication required", code="missing_credentials")
-    return VideoOwner.of(Caller.of(principal))
+async def owner_of(callers: CallerResolver, scope: Scope) -> VideoOwner:
+    """The caller as ``/v1`` sees it (an API key, or a user token naming its project
+    with ``X-Arona-Project``); raises ``AronaError``."""
+    caller = await callers.caller(
+        header(scope, b"authorization"), header(scope, PROJECT_HEADER_KEY.encode())
+    )
+    return VideoOwner.of(caller)
 
 
 def request_id() -> str | None:
