@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -95,3 +96,21 @@ async def running(*loops: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+_FORM_TOKEN = re.compile(r'name="csrf_token" value="([^"]*)"')
+
+
+async def console_login(
+    http: Any, email: str, password: str = PASSWORD, *, follow_redirects: bool = False
+) -> Any:
+    """Sign a client (httpx or Litestar's test client, which keep cookies) into the
+    console as a browser does: load the form (its CSRF cookie and token), then post it."""
+    page = await http.get("/login")
+    found = _FORM_TOKEN.search(page.text)
+    assert found is not None, page.text
+    return await http.post(
+        "/login",
+        data={"email": email, "password": password, "csrf_token": found.group(1)},
+        follow_redirects=follow_redirects,
+    )

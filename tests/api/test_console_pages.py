@@ -29,7 +29,7 @@ from app.server.app import create_app
 from app.server.resources import Resources
 from tests.api.live_server import live_server
 from tests.conftest import REDIS_URL, base_settings
-from tests.helpers import PASSWORD, bearer, unique_email
+from tests.helpers import PASSWORD, bearer, console_login, unique_email
 
 ADMIN_TOKEN = "admin-" + "d" * 40
 TABS = (
@@ -112,7 +112,7 @@ async def sign_in(site: Site, stack: contextlib.AsyncExitStack, tag: str) -> Use
     tokens = await http.post("/api/auth/login", json={"email": email, "password": PASSWORD})
     api = bearer(tokens.json()["accessToken"])
     me = await http.get("/api/auth/me", headers=api)
-    logged = await http.post("/login", data={"email": email, "password": PASSWORD})
+    logged = await console_login(http, email)
     assert logged.status_code == 303, logged.text
     page = await http.get("/projects")
     match = CSRF.search(page.text)

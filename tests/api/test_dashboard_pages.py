@@ -33,7 +33,7 @@ from tests.api.auth_support import fresh_database
 from tests.api.live_server import live_server
 from tests.api.support import eventually
 from tests.conftest import AppFactory, with_settings
-from tests.helpers import PASSWORD, bearer, unique_email
+from tests.helpers import PASSWORD, bearer, console_login, unique_email
 
 ADMIN_TOKEN = "admin-" + "d" * 40
 ADMIN_API = bearer(ADMIN_TOKEN)
@@ -116,7 +116,7 @@ async def live(dashboard_settings: Settings, make_app: AppFactory) -> AsyncItera
 
 async def _session(live: Live, email: str, password: str) -> Browser:
     http = httpx.AsyncClient(base_url=live.url, timeout=30)
-    response = await http.post("/login", data={"email": email, "password": password})
+    response = await console_login(http, email, password)
     assert response.status_code == 303, response.text
     http.cookies.set("arona_session", response.cookies["arona_session"])
     page = await http.get("/projects")

@@ -29,7 +29,7 @@ from tests.api.video_support import (
     wait_status,
 )
 from tests.conftest import AppFactory
-from tests.helpers import PASSWORD, unique_email
+from tests.helpers import PASSWORD, console_login, unique_email
 
 __all__ = ["minimax", "video_pg_settings"]
 
@@ -54,7 +54,7 @@ async def live(video_pg_settings: Settings, make_app: AppFactory) -> AsyncIterat
 
 async def _session(live: Replica, email: str) -> Browser:
     http = httpx.AsyncClient(base_url=live.url, timeout=30)
-    response = await http.post("/login", data={"email": email, "password": PASSWORD})
+    response = await console_login(http, email)
     assert response.status_code == 303, response.text
     http.cookies.set("arona_session", response.cookies["arona_session"])
     found = CSRF.search((await http.get("/projects")).text)

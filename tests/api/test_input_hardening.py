@@ -5,7 +5,6 @@ past the bound, on every surface, before any database call.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,7 +18,15 @@ from app.lib.pagination import MAX_OFFSET
 from app.lib.settings import Settings
 from tests.api.support import create_runtime_token
 from tests.conftest import AppFactory, with_settings
-from tests.helpers import PASSWORD, assert_error, bearer, new_project, new_user, unique_email
+from tests.helpers import (
+    PASSWORD,
+    assert_error,
+    bearer,
+    console_login,
+    new_project,
+    new_user,
+    unique_email,
+)
 
 ADMIN_TOKEN = "hardening-admin-" + "h" * 32
 ADMIN = bearer(ADMIN_TOKEN)
@@ -108,12 +115,7 @@ async def test_lone_surrogates_are_refused_as_invalid_json(
 async def test_nul_in_a_console_form_is_refused(
     app_client: AsyncTestClient[Litestar],
 ) -> None:
-    page = await app_client.get("/login")
-    token = re.search(r'name="_csrf" value="([^"]+)"', page.text)
-    data = {"email": NUL, "password": PASSWORD}
-    if token:
-        data["_csrf"] = token.group(1)
-    response = await app_client.post("/login", data=data)
+    response = await console_login(app_client, NUL)
     assert response.status_code == 400, response.text
     assert "NUL character" in response.text
 

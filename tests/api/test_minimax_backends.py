@@ -29,7 +29,7 @@ from tests.api.support import (
     set_user_flags,
     user_with_id,
 )
-from tests.helpers import PASSWORD, assert_error, bearer, new_project
+from tests.helpers import assert_error, bearer, console_login, new_project
 
 __all__ = ["admin_client", "routing_settings"]
 
@@ -213,9 +213,7 @@ async def _admin_session(client: Client) -> str:
     """Sign a platform admin in through the console; returns the CSRF token."""
     email, _, user_id = await user_with_id(client, "mm-admin")
     await set_user_flags(resources_of(client).settings, user_id, is_admin=True)
-    response = await client.post(
-        "/login", data={"email": email, "password": PASSWORD}, follow_redirects=False
-    )
+    response = await console_login(client, email)
     assert response.status_code == 303, response.text
     client.cookies.set("arona_session", response.cookies["arona_session"])
     page = await client.get("/projects")

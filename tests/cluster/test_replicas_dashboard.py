@@ -28,7 +28,7 @@ from tests.cluster.support import (
     wait_healthy_everywhere,
 )
 from tests.conftest import base_settings
-from tests.helpers import PASSWORD, unique_email
+from tests.helpers import PASSWORD, console_login, unique_email
 
 pytestmark = pytest.mark.cluster
 
@@ -78,7 +78,7 @@ async def admin_session(
     finally:
         await db_config.get_engine().dispose()
     async with httpx.AsyncClient(base_url=cluster.replicas[2].url, timeout=30) as http:
-        response = await http.post("/login", data={"email": email, "password": PASSWORD})
+        response = await console_login(http, email)
         assert response.status_code == 303, response.text
         http.cookies.set("arona_session", response.cookies["arona_session"])
         yield http

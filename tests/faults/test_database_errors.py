@@ -39,7 +39,7 @@ from tests.cluster.support import ADMIN, ADMIN_TOKEN, unique
 from tests.conftest import REDIS_URL, base_settings
 from tests.faults.pg_fixtures import DATABASE, pg, pg_running
 from tests.faults.pg_instance import PostgresInstance
-from tests.helpers import PASSWORD, assert_error, bearer, unique_email
+from tests.helpers import PASSWORD, assert_error, bearer, console_login, unique_email
 
 pytestmark = pytest.mark.faults
 __all__ = ["pg", "pg_running"]  # fixtures
@@ -78,9 +78,7 @@ async def test_writes_are_a_clear_503_while_the_database_is_down(
         tokens = await http.post("/api/auth/login", json={"email": email, "password": PASSWORD})
         user = bearer(tokens.json()["accessToken"])
         # A console session too (the session lives in Redis, which stays up).
-        assert (
-            await http.post("/login", data={"email": email, "password": PASSWORD})
-        ).status_code == 303
+        assert (await console_login(http, email)).status_code == 303
         assert (await http.get("/projects")).status_code == 200
         assert (await http.get("/readyz")).json()["status"] == "ready"
 

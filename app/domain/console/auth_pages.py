@@ -11,7 +11,8 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.domain.accounts.controllers import client_address
 from app.domain.accounts.services import AuthService
-from app.domain.web.pages import csrf_guard, render
+from app.domain.web.pages import CSRF_FIELD, csrf_guard, render
+from app.domain.web.presession import PRESESSION_COOKIE, PresessionTokens
 from app.domain.web.sessions import COOKIE_NAME, WebSession, WebSessions
 from app.lib.errors import AronaError
 from app.lib.ids import uuid7
@@ -43,6 +44,28 @@ def _text(form: Any, name: str) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+STALE_FORM = "This form has expired or was not sent by this site: reload the page and try again."
+
+
+def _page(
+    request: Request[Any, Any, Any], settings: Settings, template: str, **context: Any
+) -> Template:
+    """A pre-session form page, carrying its CSRF token and (re)setting its cookie."""
+    token, cookie = PresessionTokens(settings.jwt_secret).issue(request)
+    page = render(template, csrf_token=token, **context)
+    page.set_cookie(cookie)
+    return page
+
+
+async def _form_is_ours(request: Request[Any, Any, Any], settings: Settings) -> bool:
+    form = await request.form()
+    sent = form.get(CSRF_FIELD)
+    cookie = request.cookies.get(PRESESSION_COOKIE)
+    return PresessionTokens(settings.jwt_secret).valid(
+        cookie, sent if isinstance(sent, str) else None
+    )
+
+
 class ConsoleAuthPages(Controller):
     include_in_schema = False
     guards = [csrf_guard]
@@ -53,11 +76,21 @@ class ConsoleAuthPages(Controller):
 
     @get("/login")
     async def login_form(
-        self, settings: Settings, web_session: WebSession | None, next: str | None = None
+        self,
+        request: Request[Any, Any, Any],
+        settings: Settings,
+        web_session: WebSession | None,
+        next: str | None = None,
     ) -> Template | Redirect:
         if web_session is not None:
             return Redirect(_safe_next(next))
-        return render("console/login.html", next=next, registration_open=settings.registration_open)
+        return _page(
+            request,
+            settings,
+            "console/login.html",
+            next=next,
+            registration_open=settings.registration_open,
+        )
 
     @post("/login", status_code=HTTP_303_SEE_OTHER)
     async def login(
@@ -69,6 +102,18 @@ class ConsoleAuthPages(Controller):
     ) -> Template | Redirect:
         form = await request.form()
         email = _text(form, "email")
+        if not await _form_is_ours(request, settings):
+            # Login CSRF: a post from another site would sign this browser in as them.
+            return _page(
+                request,
+                settings,
+                "console/login.html",
+                status_code=403,
+                error=STALE_FORM,
+                email=email,
+                next=_text(form, "next"),
+                registration_open=settings.registration_open,
+            )
         try:
             user = await auth_service.authenticate(
                 email=email,
@@ -77,7 +122,9 @@ class ConsoleAuthPages(Controller):
             )
         except AronaError as exc:
             # The email stays in the form; the message says what to do.
-            return render(
+            return _page(
+                request,
+                settings,
                 "console/login.html",
                 status_code=exc.status_code,
                 error=exc.message,
@@ -103,7 +150,7 @@ class ConsoleAuthPages(Controller):
         )
 
     @get("/register")
-    async def register_form(self, settings: Settings) -> Template:
+    async def register_form(self, request: Request[Any, Any, Any], settings: Settings) -> Template:
         if not settings.registration_open:
             return render(
                 "error.html",
@@ -112,7 +159,7 @@ class ConsoleAuthPages(Controller):
                 title="Registration is closed",
                 message="Ask an administrator for an account.",
             )
-        return render("console/register.html", errors={})
+        return _page(request, settings, "console/register.html", errors={})
 
     @post("/register", status_code=HTTP_303_SEE_OTHER)
     async def register(
@@ -125,20 +172,39 @@ class ConsoleAuthPages(Controller):
         form = await request.form()
         email, name = _text(form, "email"), _text(form, "name")
         password = str(form.get("password") or "")
+        if not await _form_is_ours(request, settings):
+            return _page(
+                request,
+                settings,
+                "console/register.html",
+                status_code=403,
+                errors={},
+                error=STALE_FORM,
+                email=email,
+                name=name,
+            )
         errors: dict[str, str] = {}
         if "@" not in email:
             errors["email"] = "Enter an email address."
         if len(password) < 8:
             errors["password"] = "Use at least 8 characters."  # noqa: S105 (a message)
         if errors:
-            return render(
-                "console/register.html", status_code=400, errors=errors, email=email, name=name
+            return _page(
+                request,
+                settings,
+                "console/register.html",
+                status_code=400,
+                errors=errors,
+                email=email,
+                name=name,
             )
         try:
             user = await auth_service.register(email=email, password=password, name=name)
         except AronaError as exc:
             field = exc.param or ""
-            return render(
+            return _page(
+                request,
+                settings,
                 "console/register.html",
                 status_code=exc.status_code,
                 errors={field: exc.message} if field else {},
