@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from app.routing.backends.base import Backend
-from app.routing.breaker import CircuitBreaker
+from app.routing.breaker import BreakerState, CircuitBreaker
 from app.routing.names import canonical
 from app.routing.types import NOT_PROBED, BackendSpec, Capability, Health, ProbeResult
 
@@ -75,6 +75,12 @@ class BackendState:
         if result.healthy:
             self.discovered = result.models
             self._reindex()
+            # A breaker whose open period has passed waits for a trial call; if that
+            # trial never reported back (it hung, or its task died) the backend would
+            # stay out of rotation while probes say it is fine. A good probe is the
+            # trial. An open breaker keeps its period: calls failed, not probes.
+            if self.breaker.state is BreakerState.HALF_OPEN:
+                self.breaker.record_success()
 
     def _reindex(self) -> None:
         static = self.adapter.spec.models

@@ -31,7 +31,8 @@ async def form_token(client: AsyncTestClient[Litestar], path: str) -> str:
     page = await client.get(path)
     assert page.status_code == 200, page.text
     found = TOKEN.search(page.text)
-    assert found is not None and found.group(1), page.text
+    assert found is not None, page.text
+    assert found.group(1), page.text
     assert client.cookies.get(PRESESSION_COOKIE)
     return found.group(1)
 
