@@ -52,6 +52,10 @@ browser: install ## Install a Chromium for the browser tests if missing: Debian'
 test: install browser ## Run the whole suite (needs PostgreSQL and Redis on localhost; installs Chromium if missing)
 	$(RUN) pytest
 
+.PHONY: schemathesis
+schemathesis: install ## Fuzz every documented operation of a live server on PostgreSQL + Redis (~5 min)
+	$(RUN) python scripts/schemathesis_job.py $(SCHEMATHESIS_ARGS)
+
 .PHONY: check
 check: install ## Lint, format check and type check
 	$(RUN) ruff check app tests migrations bench scripts

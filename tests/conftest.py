@@ -24,6 +24,7 @@ from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings, load_settings
 from app.lib.vault import generate_key_spec
 from app.server.app import create_app
+from tests.status_contract import StatusContract
 
 PG_ADMIN_DSN = os.environ.get("ARONA_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("ARONA_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -112,12 +113,31 @@ def sqlite_settings(sqlite_database: str) -> Settings:
 AppFactory = Callable[[Settings], Litestar]
 
 
-@pytest.fixture
-def make_app(fast_hasher: PasswordHasher) -> AppFactory:
-    def factory(settings: Settings) -> Litestar:
-        return create_app(settings, password_hasher=fast_hasher)
+@pytest.fixture(scope="session")
+def status_contract() -> Iterator[StatusContract]:
+    """Checks, once the session is over, that every error status the apps answered is
+    in their OpenAPI document (``tests/status_contract.py``)."""
+    contract = StatusContract()
+    yield contract
+    report = contract.report()
+    assert not report, (
+        "statuses answered by these operations are missing from the OpenAPI document "
+        "(document them in app/server/openapi.py):\n" + report
+    )
 
-    return factory
+
+@pytest.fixture
+def make_app(fast_hasher: PasswordHasher, status_contract: StatusContract) -> Iterator[AppFactory]:
+    made: list[Litestar] = []
+
+    def factory(settings: Settings) -> Litestar:
+        app = create_app(settings, password_hasher=fast_hasher)
+        made.append(app)
+        return app
+
+    yield factory
+    for app in made:
+        status_contract.record(app)
 
 
 @pytest.fixture

@@ -27,6 +27,12 @@ ERROR_TYPES: Mapping[int, str] = {
 }
 
 
+ERRORS_OPT = "errors"
+"""Route handlers list the error statuses they answer beyond the usual ones under this
+key of their ``opt`` (``opt={ERRORS_OPT: (404, 429)}``); the OpenAPI document lists
+them (``app.server.openapi``)."""
+
+
 def error_type_for(status: int) -> str:
     if status in ERROR_TYPES:
         return ERROR_TYPES[status]

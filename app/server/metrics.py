@@ -40,5 +40,9 @@ class HttpMetrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def observed(self) -> set[tuple[str, str, int]]:
+        """Every (method, route template, status) answered so far."""
+        return set(self._children)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,9 +1,14 @@
 """The error side of the OpenAPI document.
 
-Handlers declare what they return; the errors they can answer with follow from where
-they sit (auth, path parameters, writes), and every one has the same body. Rather
-than repeating that on a hundred decorators, the document is completed once, when
-the app starts, from those rules.
+Handlers declare what they return; most errors they can answer with follow from where
+they sit (auth, path parameters, writes, the database behind them), and every one has
+the same body. Rather than repeating that on a hundred decorators, the document is
+completed once, when the app starts, from those rules; a handler that answers more
+declares it beside its code with ``opt={"errors": (404, 429)}``.
+
+The statuses are kept complete by the test suite (``tests/status_contract.py``: every
+error status any test sees must be documented) and by the schemathesis job
+(``status_code_conformance``).
 """
 
 from __future__ import annotations
@@ -19,8 +24,13 @@ from litestar.openapi.spec import (
     Schema,
 )
 
+from app.lib.errors import ERRORS_OPT
+
 ERROR_SCHEMA = "Error"
 _PUBLIC_PREFIXES = ("/api/auth/login", "/api/auth/register", "/api/auth/refresh", "/healthz")
+_BACKED_PREFIXES = ("/api/", "/v1/")
+"""Routes that read the database or the state store, which can be unreachable (503)."""
+
 _OPS = ("get", "post", "put", "patch", "delete")
 _WRITES = frozenset({"post", "put", "patch", "delete"})
 _DESCRIPTIONS = {
@@ -32,8 +42,8 @@ _DESCRIPTIONS = {
     413: "The request body is larger than ARONA_MAX_BODY_BYTES",
     429: "A quota or rate limit is spent; `Retry-After` says when to retry",
     500: "Every backend able to serve the call is unavailable",
-    502: "The upstream failed (its error is quoted, at most 4 KB)",
-    503: "A dependency (the state store, the database) is unreachable",
+    502: "The upstream failed, answered past its bounds or answered garbage",
+    503: "A dependency (the database, the state store, an agent) is unreachable",
 }
 
 
@@ -53,19 +63,31 @@ def _error_schema() -> Schema:
     )
 
 
-def _statuses(path: str, method: str, operation: Operation) -> list[int]:
-    statuses = [400]
+def _statuses(path: str, method: str, declared: set[int]) -> list[int]:
+    statuses = {400, *declared}
     if not path.startswith(_PUBLIC_PREFIXES):
-        statuses += [401, 403]
+        statuses |= {401, 403}
     if "{" in path:
-        statuses.append(404)
+        statuses.add(404)
     if method in _WRITES:
-        statuses += [409, 413]
-    if path == "/api/runtime/chat":
-        statuses += [404, 429, 500, 502, 503]
-    if path.startswith("/api/projects") and path.endswith("/test"):
-        statuses.append(502)
-    return sorted(set(statuses))
+        statuses |= {409, 413}
+    if path.startswith(_BACKED_PREFIXES):
+        statuses.add(503)
+    return sorted(statuses)
+
+
+def _declared(app: Litestar) -> dict[tuple[str, str], set[int]]:
+    """(path, method) -> the statuses its handler declares in ``opt["errors"]``."""
+    declared: dict[tuple[str, str], set[int]] = {}
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", ()):
+            errors = handler.opt.get(ERRORS_OPT)
+            if not errors:
+                continue
+            for method in getattr(handler, "http_methods", ()):
+                key = (route.path_format, method.lower())
+                declared.setdefault(key, set()).update(errors)
+    return declared
 
 
 def document_errors(app: Litestar) -> None:
@@ -77,13 +99,14 @@ def document_errors(app: Litestar) -> None:
         schema.components = components
     components.schemas = {**(components.schemas or {}), ERROR_SCHEMA: _error_schema()}
     reference = Reference(ref=f"#/components/schemas/{ERROR_SCHEMA}")
+    declared = _declared(app)
     for path, item in (schema.paths or {}).items():
         for method in _OPS:
             operation: Operation | None = getattr(item, method, None)
             if operation is None:
                 continue
             responses = dict(operation.responses or {})
-            for status in _statuses(path, method, operation):
+            for status in _statuses(path, method, declared.get((path, method), set())):
                 responses[str(status)] = OpenAPIResponse(
                     description=_DESCRIPTIONS[status],
                     content={"application/json": OpenAPIMediaType(schema=reference)},

@@ -18,7 +18,7 @@ from app.domain.accounts.schemas import (
     UserOut,
 )
 from app.domain.accounts.services import AuthService
-from app.lib.errors import PermissionDeniedError
+from app.lib.errors import ERRORS_OPT, PermissionDeniedError
 
 
 def user_out(user: User) -> UserOut:
@@ -40,12 +40,12 @@ class AuthController(Controller):
     path = "/api/auth"
     tags = ["auth"]
 
-    @post("/register", status_code=HTTP_201_CREATED)
+    @post("/register", status_code=HTTP_201_CREATED, opt={ERRORS_OPT: (403,)})
     async def register(self, data: RegisterRequest, auth_service: AuthService) -> UserOut:
         user = await auth_service.register(email=data.email, password=data.password, name=data.name)
         return user_out(user)
 
-    @post("/login", status_code=HTTP_200_OK)
+    @post("/login", status_code=HTTP_200_OK, opt={ERRORS_OPT: (401, 429)})
     async def login(
         self, request: Request[Any, Any, Any], data: LoginRequest, auth_service: AuthService
     ) -> TokenPair:
@@ -53,7 +53,7 @@ class AuthController(Controller):
             email=data.email, password=data.password, client=client_address(request)
         )
 
-    @post("/refresh", status_code=HTTP_200_OK)
+    @post("/refresh", status_code=HTTP_200_OK, opt={ERRORS_OPT: (401,)})
     async def refresh(self, data: RefreshRequest, auth_service: AuthService) -> TokenPair:
         return await auth_service.refresh(data.refresh_token)
 

@@ -38,6 +38,7 @@ from app.domain.agents.setup import Agents
 from app.domain.agents.views import agent_out, deployment_out
 from app.domain.backends.deps import platform_admin
 from app.domain.paging import LimitQuery, OffsetQuery
+from app.lib.errors import ERRORS_OPT
 from app.lib.events.base import EventBus
 from app.lib.pagination import DEFAULT_LIMIT, Page
 
@@ -101,7 +102,7 @@ class AgentDeploymentController(Controller):
     tags = ["admin: agents"]
     dependencies = {"platform_admin": platform_admin}
 
-    @post("/", status_code=HTTP_202_ACCEPTED)
+    @post("/", status_code=HTTP_202_ACCEPTED, opt={ERRORS_OPT: (404,)})
     async def deploy(
         self,
         data: DeployIn,

@@ -34,6 +34,7 @@ from app.domain.conversations.selection import choose_profile
 from app.domain.conversations.services import ConversationService
 from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
+from app.lib.errors import ERRORS_OPT
 from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.routing.profiles import ProfileTable
 
@@ -95,7 +96,7 @@ class ConversationRoutes(Controller):
 
     tags = ["conversations"]
 
-    @post("/", status_code=HTTP_201_CREATED)
+    @post("/", status_code=HTTP_201_CREATED, opt={ERRORS_OPT: (404,)})
     async def create_conversation(
         self,
         data: ConversationCreate,

@@ -31,6 +31,7 @@ from app.domain.custom_llms.stored import stored_llm
 from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
+from app.lib.errors import ERRORS_OPT
 from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
 
@@ -144,7 +145,7 @@ class CustomLlmController(Controller):
         await custom_llms_service.delete_llm(project_id, name)
         await custom_llms.sync.changed(project_id)
 
-    @post("/{name:str}/test", status_code=HTTP_200_OK)
+    @post("/{name:str}/test", status_code=HTTP_200_OK, opt={ERRORS_OPT: (502,)})
     async def test_custom_llm(
         self,
         project_id: UUID,

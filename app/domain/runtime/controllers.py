@@ -13,7 +13,7 @@ from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.prepared import ChatReply
 from app.domain.runtime.schemas import RuntimeChatRequest
 from app.lib.asgi_stream import send_event_stream
-from app.lib.errors import PermissionDeniedError
+from app.lib.errors import ERRORS_OPT, PermissionDeniedError
 
 
 class RuntimeIdentity(msgspec.Struct, rename="camel"):
@@ -65,7 +65,7 @@ class RuntimeController(Controller):
         runtime = require_runtime(principal)
         return RuntimeIdentity(project_id=runtime.project_id, token_id=runtime.token_id)
 
-    @post("/chat", status_code=200)
+    @post("/chat", status_code=200, opt={ERRORS_OPT: (404, 429, 500, 502)})
     async def chat(
         self, data: RuntimeChatRequest, principal: Principal, runtime_chat: RuntimeChatService
     ) -> ChatResponse:

@@ -33,6 +33,7 @@ from app.domain.video.schemas import (
     VideoPriceIn,
     VideoPriceOut,
 )
+from app.lib.errors import ERRORS_OPT
 from app.lib.pagination import DEFAULT_LIMIT, Page
 
 # A 10 MiB first-frame image is ~13.4 MiB of base64: this route takes more than the
@@ -45,7 +46,12 @@ class VideoGenerationController(Controller):
     path = "/v1/video/generations"
     tags = ["gateway: video"]
 
-    @post("/", status_code=HTTP_200_OK, request_max_body_size=MAX_CREATE_BODY_BYTES)
+    @post(
+        "/",
+        status_code=HTTP_200_OK,
+        request_max_body_size=MAX_CREATE_BODY_BYTES,
+        opt={ERRORS_OPT: (404, 429)},
+    )
     async def create_generation(
         self, data: VideoJobRequest, gateway_call: GatewayCall, video_jobs: VideoJobs
     ) -> VideoJobOut:
