@@ -114,3 +114,19 @@ async def console_login(
         data={"email": email, "password": password, "csrf_token": found.group(1)},
         follow_redirects=follow_redirects,
     )
+
+
+def custom_llm_body(name: str, url: str, model: str, **fields: Any) -> dict[str, Any]:
+    """A Custom-template custom LLM on ``url`` (an OpenAI-compatible fake's base);
+    ``fields`` add its credential (``apiKey`` or ``secretId``) or change the rest."""
+    return {
+        "template": "custom",
+        "name": name,
+        "baseUrl": f"{url}/v1",
+        "model": model,
+        "authScheme": "bearer",
+        "provider": "lab",
+        "maxInputTokens": 32000,
+        "maxOutputTokens": 4000,
+        **fields,
+    }

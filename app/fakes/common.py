@@ -301,14 +301,7 @@ class FakeUpstream(abc.ABC):
         await send_json(request.send, 404, {"error": "unknown control endpoint"})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                self.release()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await run_lifespan(receive, send, on_shutdown=self.release)
 
     # -- responses --------------------------------------------------------------------
 
@@ -349,6 +342,19 @@ class FakeUpstream(abc.ABC):
             return
         await request.send({"type": "http.response.body", "body": b"", "more_body": False})
         self.stats.completed_streams += 1
+
+
+async def run_lifespan(receive: Receive, send: Send, *, on_shutdown: Callable[[], None]) -> None:
+    """Answer an ASGI lifespan; ``on_shutdown`` frees whatever the fake holds on purpose
+    (hung requests), so the server's shutdown does not wait for them."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            on_shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 async def read_body(receive: Receive) -> bytes:

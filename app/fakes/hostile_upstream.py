@@ -36,7 +36,15 @@ from typing import Any, Literal
 
 import msgspec
 
-from app.fakes.common import Receive, Scope, Send, read_body, send_bytes, send_json
+from app.fakes.common import (
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    run_lifespan,
+    send_bytes,
+    send_json,
+)
 
 Mode = Literal[
     "well",
@@ -133,7 +141,7 @@ class HostileUpstream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await run_lifespan(receive, send, on_shutdown=self.release)
             return
         if scope["type"] != "http":
             return
@@ -304,16 +312,6 @@ class HostileUpstream:
             "control": dataclasses.asdict(self.control),
             "stats": dataclasses.asdict(self.stats),
         }
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                self.release()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
 
 def _embedding() -> dict[str, Any]:

@@ -10,7 +10,6 @@ shared machine does not fail the test while a change that does not travel does.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import httpx
 import pytest
@@ -30,7 +29,7 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.helpers import bearer
+from tests.helpers import bearer, custom_llm_body
 
 pytestmark = pytest.mark.cluster
 
@@ -210,20 +209,6 @@ async def test_a_profile_created_and_renamed_on_a_shows_in_the_catalog_on_b_and_
     assert_within_bound("profile renamed", await propagation_times(others, renamed, started))
     response = await cluster.a.delete(f"/api/admin/model-profiles/{profile_id}", headers=ADMIN)
     assert response.status_code == 204, response.text
-
-
-def custom_llm_body(name: str, url: str, model: str, **credential: str) -> dict[str, Any]:
-    return {
-        "template": "custom",
-        "name": name,
-        "baseUrl": f"{url}/v1",
-        "model": model,
-        "authScheme": "bearer",
-        "provider": "lab",
-        "maxInputTokens": 32000,
-        "maxOutputTokens": 4000,
-        **credential,
-    }
 
 
 async def test_a_custom_llm_created_on_a_is_callable_on_b_and_c(

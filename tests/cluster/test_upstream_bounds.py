@@ -19,6 +19,7 @@ import pytest
 from app.fakes.hostile_upstream import HostileUpstream
 from app.fakes.serve import serve_asgi
 from tests.cluster.support import Cluster, Tenant, new_tenant, running_cluster, unique
+from tests.helpers import custom_llm_body
 
 OVERSIZE = 100 * 1024 * 1024
 """What the issue measured: ~100 MB answers to 4 concurrent calls took a replica
@@ -59,17 +60,7 @@ async def custom_llm(replica: Cluster, tenant: Tenant, url: str) -> str:
     name = unique("own")
     response = await replica.a.post(
         f"/api/projects/{tenant.project_id}/custom-llms",
-        json={
-            "template": "custom",
-            "name": name,
-            "baseUrl": f"{url}/v1",
-            "model": "their-model",
-            "authScheme": "bearer",
-            "provider": "own",
-            "maxInputTokens": 32000,
-            "maxOutputTokens": 4000,
-            "apiKey": "sk-own-" + "o" * 20,
-        },
+        json=custom_llm_body(name, url, "their-model", apiKey="sk-own-" + "k" * 20),
         headers=tenant.user_headers,
     )
     assert response.status_code == 201, response.text

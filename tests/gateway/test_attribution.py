@@ -16,7 +16,7 @@ from app.fakes.openai_upstream import FakeOpenAI
 from app.lib.settings import Settings
 from tests.conftest import with_settings
 from tests.gateway.conftest import ADMIN, GatewayEnv, unique
-from tests.helpers import assert_error, new_project, new_user
+from tests.helpers import assert_error, custom_llm_body, new_project, new_user
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "who pays?"}]
 
@@ -132,17 +132,7 @@ async def test_a_projects_custom_llm_is_reachable_with_a_members_token(env: Gate
     name = unique("own")
     response = await env.http.post(
         f"/api/projects/{env.project_id}/custom-llms",
-        json={
-            "template": "custom",
-            "name": name,
-            "baseUrl": f"{url}/v1",
-            "model": "their-model",
-            "authScheme": "bearer",
-            "provider": "own",
-            "maxInputTokens": 8000,
-            "maxOutputTokens": 1000,
-            "apiKey": "sk-own-" + "k" * 20,
-        },
+        json=custom_llm_body(name, url, "their-model", apiKey="sk-own-" + "k" * 20),
         headers=env.user_headers,
     )
     assert response.status_code == 201, response.text

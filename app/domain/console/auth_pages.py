@@ -12,7 +12,7 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 from app.domain.accounts.controllers import client_address
 from app.domain.accounts.services import AuthService
 from app.domain.web.pages import CSRF_FIELD, csrf_guard, render
-from app.domain.web.presession import PRESESSION_COOKIE, PresessionTokens
+from app.domain.web.presession import PRESESSION_COOKIE, PresessionTokens, private_cookie
 from app.domain.web.sessions import COOKIE_NAME, WebSession, WebSessions
 from app.lib.errors import AronaError
 from app.lib.ids import uuid7
@@ -28,15 +28,7 @@ def _safe_next(target: str | None) -> str:
 
 
 def session_cookie(request: Request[Any, Any, Any], token: str, max_age: int) -> Cookie:
-    return Cookie(
-        key=COOKIE_NAME,
-        value=token,
-        max_age=max_age,
-        path="/",
-        httponly=True,
-        samesite="lax",
-        secure=request.url.scheme == "https",
-    )
+    return private_cookie(request, COOKIE_NAME, token, max_age)
 
 
 def _text(form: Any, name: str) -> str:

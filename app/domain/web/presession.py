@@ -25,6 +25,20 @@ PRESESSION_MAX_AGE = 2 * 3600
 _COOKIE_BYTES = 32
 
 
+def private_cookie(request: Request[Any, Any, Any], key: str, value: str, max_age: int) -> Cookie:
+    """A cookie scripts cannot read, sent to this site only, over HTTPS when the site
+    is reached over HTTPS."""
+    return Cookie(
+        key=key,
+        value=value,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
+
+
 class PresessionTokens:
     """Issue and check the token of a pre-session form."""
 
@@ -45,13 +59,5 @@ class PresessionTokens:
         """The token for the request's cookie (a new cookie if it has none): what the
         form carries, and the cookie to (re)set with the page."""
         value = request.cookies.get(PRESESSION_COOKIE) or secrets.token_urlsafe(_COOKIE_BYTES)
-        cookie = Cookie(
-            key=PRESESSION_COOKIE,
-            value=value,
-            max_age=PRESESSION_MAX_AGE,
-            path="/",
-            httponly=True,
-            samesite="lax",
-            secure=request.url.scheme == "https",
-        )
+        cookie = private_cookie(request, PRESESSION_COOKIE, value, PRESESSION_MAX_AGE)
         return self.token_for(value), cookie
