@@ -13,6 +13,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from app.domain.conversations.schemas import MAX_MESSAGES
 from app.lib.input_checks import MAX_JSON_DEPTH
 from app.lib.pagination import MAX_OFFSET
 from app.lib.settings import Settings
@@ -288,3 +289,18 @@ async def test_the_offset_bound_is_documented_and_shared(
     for offset in offsets:
         assert offset.get("minimum") == 0, offset
         assert offset.get("maximum") == MAX_OFFSET, offset
+
+
+async def test_a_request_carries_a_bounded_number_of_messages(
+    app_client: AsyncTestClient[Litestar],
+) -> None:
+    _, headers = await new_user(app_client, "many")
+    project = await new_project(app_client, headers)
+    token = (await create_runtime_token(app_client, project["id"], headers))["token"]
+    too_many = [{"role": "user", "content": ""}] * (MAX_MESSAGES + 1)
+    for path, body in (
+        ("/api/runtime/conversations", {"messages": too_many}),
+        ("/api/runtime/chat", {"conversationId": str(uuid.uuid4()), "messages": too_many}),
+    ):
+        response = await app_client.post(path, json=body, headers=bearer(token))
+        assert assert_error(response, 400)["param"] == "messages", path

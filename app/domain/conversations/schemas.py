@@ -16,6 +16,9 @@ Title = Annotated[str, msgspec.Meta(max_length=200)]
 ProfileId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 MessageName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 ToolCallId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+MAX_MESSAGES = 10_000
+"""Most messages one request may carry (a seeded history, a turn): the body bound
+alone would let a few bytes each become hundreds of thousands of rows."""
 # A string, OpenAI content parts (checked in ``messages``) or null.
 Content = str | list[Any] | None
 
@@ -52,7 +55,7 @@ class ConversationCreate(Strict):
     llm_id: ProfileId | None = None
     provider: ProfileId | None = None
     priority: bool = False
-    messages: list[MessageIn] = []
+    messages: Annotated[list[MessageIn], msgspec.Meta(max_length=MAX_MESSAGES)] = []
     """History to seed the conversation with, oldest first."""
 
 

@@ -7,14 +7,14 @@ from uuid import UUID
 
 import msgspec
 
-from app.domain.conversations.schemas import MessageIn, ProfileId
+from app.domain.conversations.schemas import MAX_MESSAGES, MessageIn, ProfileId
 
 MAX_TOOLS = 128
 
 
 class RuntimeChatRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     conversation_id: UUID
-    messages: Annotated[list[MessageIn], msgspec.Meta(min_length=1)]
+    messages: Annotated[list[MessageIn], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
     """The new turn(s); the stored history is sent upstream before them."""
     model_profile_id: ProfileId | None = None
     llm_id: ProfileId | None = None
