@@ -28,6 +28,7 @@ from app.domain.backends.schemas import (
 from app.domain.backends.services import AliasService, BackendConfigService
 from app.domain.backends.sync import RoutingConfigSync
 from app.domain.paging import LimitQuery, OffsetQuery
+from app.lib.errors import ERRORS_OPT
 from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
 from app.routing.registry import BackendRegistry, BackendState
@@ -91,7 +92,7 @@ class BackendAdminController(Controller):
     tags = ["admin: backends"]
     dependencies = {"platform_admin": platform_admin}
 
-    @post("/", status_code=HTTP_201_CREATED)
+    @post("/", status_code=HTTP_201_CREATED, opt={ERRORS_OPT: (502,)})
     async def register_backend(
         self,
         data: BackendRegistration,
