@@ -101,10 +101,24 @@ class Settings:
     """Largest model listing, health probe answer or metrics scrape read."""
     upstream_max_error_bytes: int = 4096
     """How much of an upstream error body is read for the error message."""
+    routing_score: Literal["seed", "capacity"] = "capacity"
+    """How candidates are ranked unless a profile says otherwise: ``capacity`` (a free
+    batch slot first, then the shortest expected wait) or ``seed`` (``running +
+    10 * waiting``); both on current inputs (``app.routing.load``)."""
+    vllm_metrics_busy_seconds: float = 0.25
+    """A vLLM backend with requests on it has its ``/metrics`` read this often."""
+    vllm_metrics_fresh_seconds: float = 2.0
+    """An idle vLLM backend has its ``/metrics`` read this often."""
+    vllm_metrics_expire_seconds: float = 10.0
+    """A reading older than this (scrapes failing) makes the backend's metrics
+    unavailable: it is ranked last (the 1,000,000 penalty) until one answers."""
     vllm_backends_file: Path | None = None
     """None: seed from ``config/vllm-backends.json`` when that file exists."""
     failover_window_seconds: float = 30.0
     failover_min_samples: int = 3
+    failover_slow_threshold_ms: float = 10_000.0
+    """Typical TTFT above which a profile with a failover chain and no threshold of its
+    own is slow."""
     session_idle_seconds: int = 30 * 60
     custom_llm_allow_private: bool = False
     """Let project custom LLMs reach loopback, private, link-local and reserved addresses
@@ -152,6 +166,12 @@ _UPSTREAM_BYTE_LIMITS = (
     ("ARONA_UPSTREAM_MAX_ERROR_BYTES", "upstream_max_error_bytes", 256),
 )
 """(variable, field, smallest accepted value) of the upstream read bounds."""
+
+_METRICS_INTERVALS = (
+    ("ARONA_VLLM_METRICS_BUSY_SECONDS", "vllm_metrics_busy_seconds"),
+    ("ARONA_VLLM_METRICS_FRESH_SECONDS", "vllm_metrics_fresh_seconds"),
+    ("ARONA_VLLM_METRICS_EXPIRE_SECONDS", "vllm_metrics_expire_seconds"),
+)
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -318,6 +338,13 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
     for name, field_name, minimum in _UPSTREAM_BYTE_LIMITS:
         if (v := get(name)) is not None:
             values[field_name] = _parse_int(name, v, minimum=minimum)
+    if (v := get("ARONA_ROUTING_SCORE")) is not None:
+        if v not in ("seed", "capacity"):
+            raise SettingsError(f"ARONA_ROUTING_SCORE must be seed or capacity, got {v!r}")
+        values["routing_score"] = v
+    for name, field_name in _METRICS_INTERVALS:
+        if (v := get(name)) is not None:
+            values[field_name] = _parse_positive_float(name, v)
     if (v := get("ARONA_VLLM_BACKENDS_FILE")) is not None:
         values["vllm_backends_file"] = Path(v)
     if (v := get("ARONA_FAILOVER_WINDOW_SECONDS")) is not None:
@@ -328,6 +355,10 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         values["session_idle_seconds"] = _parse_int("ARONA_SESSION_IDLE_SECONDS", v, minimum=60)
     if (v := get("ARONA_FAILOVER_MIN_SAMPLES")) is not None:
         values["failover_min_samples"] = _parse_int("ARONA_FAILOVER_MIN_SAMPLES", v, minimum=1)
+    if (v := get("ARONA_FAILOVER_SLOW_THRESHOLD_MS")) is not None:
+        values["failover_slow_threshold_ms"] = _parse_positive_float(
+            "ARONA_FAILOVER_SLOW_THRESHOLD_MS", v
+        )
     if (v := get("ARONA_CUSTOM_LLM_ALLOW_PRIVATE")) is not None:
         values["custom_llm_allow_private"] = _parse_bool("ARONA_CUSTOM_LLM_ALLOW_PRIVATE", v)
     if (v := get("ARONA_EVERNIGHT_URL")) is not None:

@@ -1,18 +1,29 @@
 """Latency failover: new requests leave a slow profile for the next one in its chain.
 
-A profile is *slow* when it has a ``slow_threshold_ms`` and its typical time to first
-token (``LatencyTracker``) is above it. The policy is global (every project, every
-conversation) and non-sticky (each request is decided afresh). A slow profile's
-requests go to the first link of its ``failover_chain`` that exists, is enabled, is not
-slow itself and is available to the caller; with none, they stay on the slow profile.
-Priority conversations are never redirected, and an admin can switch the policy off.
+A profile is *slow* when its typical time to first token (``LatencyTracker``) is above
+its threshold: its own ``slow_threshold_ms``, or, for a profile with a failover chain
+and no threshold of its own, the platform default (``ARONA_FAILOVER_SLOW_THRESHOLD_MS``).
 
-Recovery needs no probe: while redirected, the slow profile gets no traffic except
-priority conversations, so its samples age out of the window; once fewer than
-``min_samples`` remain its typical TTFT is unknown, it counts as ok again and traffic
-returns. If it is still slow, the first new samples flip it back to redirecting.
+The evidence is every streamed call to the profile's base model on the backends that
+serve the profile (those carrying all its tags), whichever surface made it:
+``/v1/chat/completions`` as much as the runtime chat (``record_call``, fed by the
+routing service at each stream's first chunk). A sample counts for every profile
+whose pool the backend is in, so a backend made slow by ``/v1`` traffic moves the
+runtime profiles it serves, and recovers them as soon as fast answers come back.
 
-Every profile with a threshold has a status (``ok``, ``slow``: slow with nowhere to
+The policy is global (every project, every conversation) and non-sticky (each request
+is decided afresh). A slow profile's requests go to the first link of its
+``failover_chain`` that exists, is enabled, is not slow itself and is available to the
+caller; with none, they stay on the slow profile. Priority conversations are never
+redirected, and an admin can switch the policy off.
+
+Recovery needs no probe: while redirected, the slow profile gets traffic only from
+other surfaces and priority conversations, so its samples age out of the window (or
+are replaced by fast ones); once fewer than ``min_samples`` remain its typical TTFT is
+unknown, it counts as ok again and traffic returns. If it is still slow, the first new
+samples flip it back to redirecting.
+
+Every judged profile has a status (``ok``, ``slow``: slow with nowhere to
 go, ``redirecting``: slow and sending new requests to ``target``). ``on_change`` is
 called exactly when a profile's (state, target) changes, detected whenever the policy
 looks: on ``route``, ``record``, ``refresh`` (the caller runs it periodically, so a
@@ -61,6 +72,10 @@ class ProfileFailoverStatus:
 
 
 ChangeListener = Callable[[ProfileFailoverStatus], None]
+PoolMember = Callable[[Profile, str, str], bool]
+"""``(profile, model as asked, backend)``: whether a call for that model on that
+backend is one of the profile's calls (same base model, a backend of its pool)."""
+DEFAULT_SLOW_THRESHOLD_MS = 10_000.0
 
 
 @dataclass(slots=True)
@@ -83,7 +98,11 @@ class FailoverPolicy:
         on_change: ChangeListener | None = None,
         *,
         has_backend: Availability | None = None,
+        in_pool: PoolMember | None = None,
+        default_threshold_ms: float = DEFAULT_SLOW_THRESHOLD_MS,
     ) -> None:
+        self._in_pool = in_pool
+        self.default_threshold_ms = default_threshold_ms
         self._profiles = profiles
         self._tracker = tracker
         self._clock_wall = clock_wall
@@ -102,8 +121,14 @@ class FailoverPolicy:
         self._enabled = value
         self.refresh()  # redirecting <-> slow is a change the dashboard must hear about
 
+    def threshold_ms(self, profile: Profile) -> float | None:
+        """The TTFT above which ``profile`` is slow (None: it is never judged)."""
+        if profile.slow_threshold_ms is not None:
+            return float(profile.slow_threshold_ms)
+        return self.default_threshold_ms if profile.failover_chain else None
+
     def is_slow(self, profile: Profile) -> bool:
-        threshold = profile.slow_threshold_ms
+        threshold = self.threshold_ms(profile)
         if threshold is None:
             return False
         typical = self._tracker.typical(profile.id)
@@ -125,13 +150,29 @@ class FailoverPolicy:
         (``SharedLatency`` sends them to the other replicas)."""
         self._sample_listeners.append(listener)
 
+    def record_call(self, model: str, backend: str, ttft_ms: float) -> None:
+        """A streamed call for ``model`` got its first token from ``backend`` after
+        ``ttft_ms``: a sample for every judged profile whose pool that is."""
+        if self._in_pool is None:
+            return
+        matched = False
+        for profile in self._profiles:
+            if self.threshold_ms(profile) is not None and self._in_pool(profile, model, backend):
+                self._add(profile.id, ttft_ms)
+                matched = True
+        if matched:
+            self.refresh()
+
     def record(self, profile_id: str, ttft_ms: float) -> None:
-        """Record a TTFT under the profile that actually served the request."""
+        """Record a TTFT under one profile."""
+        self._add(profile_id, ttft_ms)
+        # Not just this profile: it may be a link whose slowness moves others' targets.
+        self.refresh()
+
+    def _add(self, profile_id: str, ttft_ms: float) -> None:
         self._tracker.record(profile_id, ttft_ms)
         for listener in self._sample_listeners:
             listener(profile_id, ttft_ms)
-        # Not just this profile: it may be a link whose slowness moves others' targets.
-        self.refresh()
 
     def record_elsewhere(self, samples: list[tuple[str, float, float]]) -> None:
         """Add ``(profile_id, ttft_ms, age_seconds)`` samples another replica recorded."""
@@ -142,7 +183,7 @@ class FailoverPolicy:
     def refresh(self) -> None:
         tracked: set[str] = set()
         for profile in self._profiles:
-            if profile.slow_threshold_ms is not None:
+            if self.threshold_ms(profile) is not None:
                 tracked.add(profile.id)
                 self._observe(profile)
         for profile_id in [p for p in self._marks if p not in tracked]:
@@ -161,7 +202,7 @@ class FailoverPolicy:
     def _observe(self, profile: Profile) -> bool:
         """Bring ``profile``'s status up to date (notifying on change); True if slow."""
         slow = self.is_slow(profile)
-        if profile.slow_threshold_ms is None or self._profiles.get(profile.id) is None:
+        if self.threshold_ms(profile) is None or self._profiles.get(profile.id) is None:
             return slow  # only the table's profiles have a status (a stale copy would flap)
         state: FailoverState = "ok"
         target: Profile | None = None

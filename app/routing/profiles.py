@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from app.routing.types import ScoreKind
+
 
 @dataclass(frozen=True, slots=True)
 class Profile:
@@ -25,6 +27,8 @@ class Profile:
     """Time to first token above which latency failover redirects new requests."""
     failover_chain: tuple[str, ...] = ()
     """Profiles tried in order while this one is slow."""
+    routing_score: ScoreKind | None = None
+    """How the router ranks backends for this profile's calls; None: its default."""
 
 
 class ProfileTable:

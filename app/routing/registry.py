@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from app.routing.backends.base import Backend
 from app.routing.breaker import BreakerState, CircuitBreaker
+from app.routing.load import BackendLoad
 from app.routing.names import canonical
 from app.routing.types import NOT_PROBED, BackendSpec, Capability, Health, ProbeResult
 
@@ -26,7 +27,8 @@ class BackendState:
     breaker: CircuitBreaker
     health: Health = NOT_PROBED
     discovered: tuple[str, ...] = ()
-    in_flight: int = 0
+    load: BackendLoad = field(default_factory=BackendLoad)
+    """Requests sent and ended, and the last metrics reading (``app.routing.load``)."""
     reports_usage: bool = False
     """Set once the upstream reported usage in a stream, so relays stop counting text."""
     cooldown_until: float | None = None
@@ -36,7 +38,13 @@ class BackendState:
     _index: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.load.max_concurrency = self.adapter.spec.max_concurrency
         self._reindex()
+
+    @property
+    def in_flight(self) -> int:
+        """This replica's requests on the backend now."""
+        return self.load.in_flight
 
     @property
     def spec(self) -> BackendSpec:
@@ -135,6 +143,7 @@ class BackendRegistry:
                 discovered=previous.discovered,
                 reports_usage=previous.reports_usage,
                 cooldown_until=previous.cooldown_until,
+                load=previous.load,
             )
         else:
             state = BackendState(adapter=adapter, breaker=self._breaker_factory())
@@ -172,8 +181,8 @@ class BackendRegistry:
 
     @contextlib.contextmanager
     def in_flight(self, state: BackendState) -> Iterator[None]:
-        state.in_flight += 1
+        state.load.dispatched()
         try:
             yield
         finally:
-            state.in_flight -= 1
+            state.load.finished()

@@ -2,11 +2,22 @@
 
 The pipeline of DESIGN.md: resolve the alias, filter (provider hint, capability,
 advertises the model, carries every required tag, healthy, breaker not open, not
-excluded by an earlier failed attempt, not cooling down), honour the conversation pin,
-then pick the lowest score with round-robin among ties so equal backends share load
-evenly. The score is the local in-flight count, plus ``running + 10 * waiting`` from the
-backend's own metrics where it publishes them (vLLM), or a 1,000,000 penalty when those
-metrics are unavailable.
+excluded by an earlier failed attempt, not cooling down), score every candidate, prefer
+the conversation's previous backend while its score is within a margin of the best,
+else pick the lowest score with round-robin among ties so equal backends share load
+evenly.
+
+Scores come from ``app.routing.load`` on current inputs: a backend's last metrics
+reading (vLLM) corrected by the requests the cluster sent it and saw end since, or a
+1,000,000 penalty when its metrics are unavailable; a backend without metrics scores
+by its in-flight count here. The router's default score is the seed's
+``running + 10 * waiting`` or the capacity-aware one (``score_kind``); a call may ask
+for either (a profile's choice, ``RouteHints.score``).
+
+Affinity is a preference, not a pin: a conversation stays on the backend that served
+its last turn (its prefix cache is warm there) while that backend scores within
+``AFFINITY_MARGIN`` of the best candidate, and moves (and is re-bound) when it is
+loaded.
 
 Cooldown: a call that failed retryably (transport error, 5xx, 408/429, a stream cut
 short; exactly what counts as a breaker failure) puts its backend in cooldown for
@@ -27,11 +38,19 @@ from dataclasses import dataclass
 from app.routing.affinity import AffinityStore
 from app.routing.aliases import AliasTable
 from app.routing.errors import ModelNotFoundError, NoHealthyBackendError, NotAVideoModelError
+from app.routing.load import Estimate, score_of
+from app.routing.pick import near_ties
 from app.routing.registry import BackendRegistry, BackendState
-from app.routing.types import Capability, Clock, RouteHints, monotonic
-from app.routing.vllm_metrics import VllmMetricsCache, score
+from app.routing.types import Capability, Clock, RouteHints, ScoreKind, monotonic
+from app.routing.vllm_metrics import VllmMetricsCache
 
 DEFAULT_COOLDOWN_SECONDS = 30.0
+DEFAULT_SCORE: ScoreKind = "capacity"
+AFFINITY_MARGIN: dict[ScoreKind, float] = {"seed": 5.0, "capacity": 0.25}
+"""How much worse than the best a conversation's previous backend may score and still
+keep it: five running requests (less than one waiting, which counts ten) for the seed
+score; a quarter of a second of expected wait for the capacity-aware one (a backend
+with a free slot always qualifies against another with one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +76,7 @@ class Router:
         *,
         metrics: VllmMetricsCache | None = None,
         cooldown_seconds: float = DEFAULT_COOLDOWN_SECONDS,
+        score_kind: ScoreKind = DEFAULT_SCORE,
         clock: Clock = monotonic,
     ) -> None:
         self._registry = registry
@@ -64,6 +84,7 @@ class Router:
         self._affinity = affinity
         self._metrics = metrics
         self.cooldown_seconds = cooldown_seconds
+        self.score_kind = score_kind
         self._clock = clock
         self._turn = 0
         self._verdict_listeners: list[Callable[[BackendState], None]] = []
@@ -115,6 +136,14 @@ class Router:
         except (ModelNotFoundError, NoHealthyBackendError):
             return False
         return True
+
+    def in_pool(self, base_model: str, tags: frozenset[str], model: str, backend: str) -> bool:
+        """Whether a chat for ``model`` served by ``backend`` is a call to ``base_model``
+        on a backend carrying ``tags`` (a profile's pool), aliases resolved."""
+        state = self._registry.get(backend)
+        if state is None or not tags <= state.spec.tags:
+            return False
+        return self.resolve(model) == self.resolve(base_model)
 
     def candidates(self, model: str, capability: Capability, hints: RouteHints) -> list[Selection]:
         """Usable backends for ``model`` (already alias-resolved).
@@ -174,6 +203,8 @@ class Router:
 
     async def select(self, model: str, capability: Capability, hints: RouteHints) -> Selection:
         usable = self.candidates(model, capability, hints)
+        kind = hints.score or self.score_kind
+        scores = await self.scores([s.state for s in usable], kind)
         pin_key = (
             affinity_key(hints.conversation_id, model, hints.tags)
             if hints.conversation_id
@@ -182,38 +213,46 @@ class Router:
         pinned: str | None = None
         if pin_key:
             pinned = await self._affinity.pinned(hints.affinity_scope, pin_key)
-            for selection in usable:
-                if selection.state.name == pinned and selection.state.breaker.acquire():
+            best = min(scores)
+            for selection, value in zip(usable, scores, strict=True):
+                if (
+                    selection.state.name == pinned
+                    and value <= best + AFFINITY_MARGIN[kind]
+                    and selection.state.breaker.acquire()
+                ):
                     return selection
-        chosen = self._pick_lowest_score(usable, await self._scores(usable))
+        chosen = self._pick_lowest(usable, scores)
         if pin_key and chosen.state.name != pinned:
             await self._affinity.bind(hints.affinity_scope, pin_key, chosen.state.name)
         return chosen
 
-    async def _scores(self, usable: list[Selection]) -> list[float]:
-        """``running + 10 * waiting + local in-flight`` where a backend publishes its
-        load (vLLM), else the local in-flight count alone."""
-        scores = [float(s.state.in_flight) for s in usable]
-        if self._metrics is None:
-            return scores
-        cache = self._metrics
-        measured = [
-            (i, s.state.name, source)
-            for i, s in enumerate(usable)
-            if (source := s.state.adapter.metrics_source()) is not None
-        ]
-        if measured:
-            loads = await asyncio.gather(*(cache.load(name, src) for _, name, src in measured))
-            for (i, _, _), load in zip(measured, loads, strict=True):
-                scores[i] = score(load, usable[i].state.in_flight)
-        return scores
+    async def scores(self, states: list[BackendState], kind: ScoreKind) -> list[float]:
+        """Each backend's score now (lower is better), its metrics refreshed as due."""
+        if self._metrics is not None:
+            cache = self._metrics
+            pending = [
+                cache.prepare(state.name, source, state.load)
+                for state in states
+                if (source := state.adapter.metrics_source()) is not None
+            ]
+            if pending:
+                await asyncio.gather(*pending)
+        return [score_of(kind, self.estimate(state)) for state in states]
 
-    def _pick_lowest_score(self, usable: list[Selection], scores: list[float]) -> Selection:
+    def estimate(self, state: BackendState) -> Estimate | None:
+        """What routing believes about ``state``'s load now (None: metrics unavailable)."""
+        if self._metrics is not None and state.adapter.metrics_source() is not None:
+            return state.load.estimate()
+        # No metrics: the requests in flight here are all there is to go on.
+        in_flight = float(state.in_flight)
+        return Estimate(in_flight, 0.0, state.load.capacity, None, None, 0)
+
+    def _pick_lowest(self, usable: list[Selection], scores: list[float]) -> Selection:
         remaining = list(zip(scores, usable, strict=True))
         while remaining:
-            lowest = min(value for value, _ in remaining)
-            ties = sorted((s for value, s in remaining if value == lowest), key=_by_name)
-            chosen = ties[self._turn % len(ties)]
+            ties = near_ties([value for value, _ in remaining], margin=0.0)
+            ordered = sorted((remaining[i][1] for i in ties), key=_by_name)
+            chosen = ordered[self._turn % len(ordered)]
             self._turn += 1
             if chosen.state.breaker.acquire():
                 return chosen

@@ -8,9 +8,11 @@ the client goes away mid-stream.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
+
+import structlog
 
 from app.routing.backends.base import ChatStream, VideoBackend
 from app.routing.breaker import BreakerState
@@ -31,7 +33,10 @@ from app.routing.types import (
 from app.routing.usage import estimated_usage
 
 DEFAULT_MAX_RETRIES = 2
+logger = structlog.get_logger()
 T = TypeVar("T")
+FirstTokenListener = Callable[[str, str, float], None]
+"""``(model as asked, backend, ttft_ms)`` of a routed stream's first chunk."""
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -97,6 +102,20 @@ class RoutingService:
         self.router = router
         self.max_retries = max_retries
         self.clock = clock
+        self._first_token_listeners: list[FirstTokenListener] = []
+
+    def on_first_token(self, listener: FirstTokenListener) -> None:
+        """Call ``listener(model, backend, ttft_ms)`` when a routed stream's first chunk
+        arrives (retries included in the time; a project's custom LLM is not routed
+        and not reported). Latency failover feeds on it."""
+        self._first_token_listeners.append(listener)
+
+    def first_token(self, model: str, backend: str, ttft_ms: float) -> None:
+        for listener in self._first_token_listeners:
+            try:
+                listener(model, backend, ttft_ms)
+            except Exception as exc:  # a sample lost must not cut the stream that made it
+                logger.warning("first_token_listener_failed", error=repr(exc))
 
     async def chat(
         self, model: str, body: RawBody, hints: RouteHints, *, target: BackendState | None = None
@@ -223,11 +242,11 @@ class RoutingService:
                     raise last_error from None  # what the failed attempts said, not "none left"
                 raise
             state = selection.state
-            state.in_flight += 1
+            state.load.dispatched()
             try:
                 result = await run(selection)
             except UpstreamError as exc:
-                state.in_flight -= 1
+                state.load.finished()
                 _settle(self.router, state, exc)
                 if not exc.retryable or (target is not None and exc.upstream_status is not None):
                     raise
@@ -235,11 +254,11 @@ class RoutingService:
                 excluded.add(state.name)
                 continue
             except BaseException as exc:
-                state.in_flight -= 1
+                state.load.finished()
                 _settle(self.router, state, exc)
                 raise
             if not keep_in_flight:
-                state.in_flight -= 1
+                state.load.finished()
                 _settle(self.router, state, None)
             return result, attempt
         if last_error is None:
@@ -257,8 +276,11 @@ def _direct(target: BackendState, model: str) -> Selection:
 class RelayedStream:
     """The client-facing stream: SSE bytes relayed from the chosen upstream.
 
-    If the upstream fails before the first byte, the next candidate is tried (within
-    the retry budget). Once a byte went out, a failure ends the relay with
+    ``open`` returns once an upstream sent its first chunk: a backend that fails
+    before that (refused, an error status, a stream cut before its first byte) is
+    replaced by the next candidate within the retry budget, so ``backend`` names the
+    one that serves and a call nobody could serve fails with its error status before
+    the client saw any header. Once a byte went out, a failure ends the relay with
     ``StreamInterruptedError`` and the caller sends the SSE error event.
     """
 
@@ -280,6 +302,8 @@ class RelayedStream:
         self._excluded: set[str] = set(hints.exclude)
         self._attempts_used = 0
         self._upstream: ChatStream | None = None
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._first: bytes | None = None
         self._state: BackendState | None = None
         self.backend: str = ""
         self.served_model: str = ""
@@ -287,12 +311,35 @@ class RelayedStream:
         self.first_byte_at: float | None = None
         self.error: UpstreamError | None = None
         self._completion_chars = 0
+        self._opened_at = service.clock()
 
     @property
     def attempts(self) -> int:
         return self._attempts_used
 
     async def open(self) -> None:
+        """Connect and wait for the first chunk, on another candidate after a failure."""
+        while True:
+            try:
+                await self._connect()
+            except NoHealthyBackendError:
+                if self.error is None:
+                    raise
+                raise self.error from None  # nobody left: report what went wrong
+            except UpstreamError as exc:
+                self.error = exc
+                raise
+            try:
+                await self._read_first()
+                return
+            except StreamInterruptedError as exc:
+                await self._give_up_on_current(exc)
+                self.error = exc
+                if not self._can_retry():
+                    raise
+                self._excluded.add(self.backend)
+
+    async def _connect(self) -> None:
         service = self._service
 
         async def run(selection: Selection) -> ChatStream:
@@ -324,52 +371,58 @@ class RelayedStream:
         self._attempts_used += attempts
         self._excluded.update(s.state.name for s in selected[:-1])
         self._upstream = upstream
+        self._chunks = aiter(upstream)
         self._state = selected[-1].state
         upstream.count_text = not self._state.reports_usage
         self.backend = self._state.name
         self.served_model = selected[-1].served_model
 
-    async def __aiter__(self) -> AsyncGenerator[bytes, None]:
-        while self._upstream is not None:
-            upstream = self._upstream
-            sent = False
-            try:
-                async for chunk in upstream:
-                    if self.first_byte_at is None:
-                        self.first_byte_at = self._service.clock()
-                    sent = True
-                    yield chunk
-            except StreamInterruptedError as exc:
-                self._completion_chars += upstream.completion_text_chars
-                await self._finish(exc)
-                if sent or not self._can_retry():
-                    self.error = exc
-                    self._settle_usage(produced=sent)
-                    raise
-                self._excluded.add(self.backend)
-                try:
-                    await self.open()
-                except NoHealthyBackendError:
-                    # Nobody left to try: report what actually went wrong.
-                    self.error = exc
-                    self._settle_usage(produced=False)
-                    raise exc from None
-                except UpstreamError as reopen_error:
-                    self.error = reopen_error
-                    self._settle_usage(produced=False)
-                    raise
-                continue
-            self._completion_chars += upstream.completion_text_chars
-            if upstream.usage is not None:
-                self.usage = upstream.usage
-                if self._state is not None:
-                    self._state.reports_usage = True
-            else:
-                if self._state is not None:
-                    self._state.reports_usage = False  # count text again next time
-                self._settle_usage(produced=True)
-            await self._finish(None)
+    async def _read_first(self) -> None:
+        assert self._chunks is not None
+        try:
+            self._first = await anext(self._chunks)
+        except StopAsyncIteration:
+            self._first = None  # an empty stream: it ends at once in ``__aiter__``
             return
+        self.first_byte_at = self._service.clock()
+        if self._target is None:
+            ttft_ms = (self.first_byte_at - self._opened_at) * 1000
+            self._service.first_token(self._model, self.backend, ttft_ms)
+
+    async def _give_up_on_current(self, error: StreamInterruptedError) -> None:
+        """The current upstream failed before its first byte: account for it."""
+        if self._upstream is not None:
+            self._completion_chars += self._upstream.completion_text_chars
+        self._chunks = None
+        await self._finish(error)
+        self._settle_usage(produced=False)
+
+    async def __aiter__(self) -> AsyncGenerator[bytes, None]:
+        upstream, chunks = self._upstream, self._chunks
+        if upstream is None or chunks is None:
+            return
+        try:
+            if self._first is not None:
+                first, self._first = self._first, None
+                yield first
+                async for chunk in chunks:
+                    yield chunk
+        except StreamInterruptedError as exc:
+            self._completion_chars += upstream.completion_text_chars
+            await self._finish(exc)
+            self.error = exc
+            self._settle_usage(produced=True)
+            raise
+        self._completion_chars += upstream.completion_text_chars
+        if upstream.usage is not None:
+            self.usage = upstream.usage
+            if self._state is not None:
+                self._state.reports_usage = True
+        else:
+            if self._state is not None:
+                self._state.reports_usage = False  # count text again next time
+            self._settle_usage(produced=True)
+        await self._finish(None)
 
     def _can_retry(self) -> bool:
         return self._attempts_used <= self._service.max_retries
@@ -388,7 +441,7 @@ class RelayedStream:
         if upstream is not None:
             await upstream.aclose()
         if state is not None:
-            state.in_flight -= 1
+            state.load.finished()
             _settle(self._service.router, state, error)
 
     async def aclose(self) -> None:

@@ -12,6 +12,10 @@ import msgspec
 
 Capability = Literal["chat", "embeddings", "video"]
 AuthScheme = Literal["bearer", "api-key", "ApiKey", "none"]
+ScoreKind = Literal["seed", "capacity"]
+"""How candidates are ranked (``app.routing.load``): the seed's ``running + 10 *
+waiting``, or capacity-aware (a free batch slot first, then the shortest wait)."""
+SCORE_KINDS: tuple[ScoreKind, ...] = ("seed", "capacity")
 Clock = Callable[[], float]
 """Monotonic seconds; tests hand in a fake."""
 
@@ -72,6 +76,9 @@ class BackendSpec:
     configured_url: str | None = None
     """The URL as registered when ``url`` was resolved from it (``evernight://``
     URLs run against a local tunnel port); None when ``url`` is the registered one."""
+    max_concurrency: int | None = None
+    """Requests the backend runs at once (its batch slots), when the operator knows it;
+    otherwise routing learns it from the backend's metrics (``app.routing.load``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +148,8 @@ class RouteHints:
     exclude: frozenset[str] = field(default_factory=frozenset)
     api_key: str | None = field(default=None, repr=False)
     """A key to send instead of the chosen backend's own (a BYO override key)."""
+    score: ScoreKind | None = None
+    """How to rank the candidates (a profile's choice); None: the router's default."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,8 @@ def build_lifespan(
         resources.health_checker.watch()
         # Breakers opened and cooldowns started elsewhere apply to backends as they load.
         resources.shared_verdicts.watch()
+        # Every backend's request counts, told to the other replicas as they change.
+        resources.load_share.watch()
         await resources.routing_sync.load_all()
         await resources.routing_sync.announce_backends(seeded.changed)
         # Model profiles into the routing table before serving (the catalog reads
@@ -149,6 +151,8 @@ def build_lifespan(
             asyncio.create_task(supervise("health-follow", resources.health_checker.follow)),
             # Subscribes, then re-reads the stored verdicts of every backend.
             asyncio.create_task(supervise("backend-verdicts", resources.shared_verdicts.run)),
+            # The other replicas' request counts per backend (current load estimates).
+            asyncio.create_task(supervise("load-follow", resources.load_share.follow)),
             asyncio.create_task(supervise("failover-switch", resources.failover_control.run)),
             # Latency samples to and from the other replicas: one failover verdict.
             asyncio.create_task(
@@ -201,6 +205,7 @@ def build_lifespan(
                 )
             await resources.health_checker.close()
             await resources.shared_verdicts.close()
+            await resources.load_share.close()
             # Before the engine goes: the jobs this replica held are due elsewhere at once.
             await resources.video_poller.close()
             # Before the engine is disposed below: nothing metered is lost on a

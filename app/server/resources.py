@@ -68,6 +68,7 @@ from app.routing.evernight import BridgeClient, EvernightTunnels
 from app.routing.failover import FailoverPolicy, ProfileFailoverStatus
 from app.routing.health import HealthChecker
 from app.routing.latency import LatencyTracker
+from app.routing.load_share import LoadShare
 from app.routing.profiles import Profile, ProfileTable
 from app.routing.registry import BackendRegistry
 from app.routing.router import Router
@@ -111,6 +112,8 @@ class Resources:
     override_sync: OverrideSync
     health_checker: HealthChecker
     shared_verdicts: SharedVerdicts
+    load_share: LoadShare
+    """Requests sent to and ended at each backend, told to the other replicas."""
     shared_latency: SharedLatency
     """Latency samples sent to and taken from the other replicas (latency failover)."""
     """Breaker/cooldown transitions shared with the other replicas."""
@@ -221,13 +224,18 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)
     )
     aliases = AliasTable()
-    vllm_metrics = VllmMetricsCache()
+    vllm_metrics = VllmMetricsCache(
+        fresh_seconds=settings.vllm_metrics_fresh_seconds,
+        busy_seconds=settings.vllm_metrics_busy_seconds,
+        expire_seconds=settings.vllm_metrics_expire_seconds,
+    )
     router = Router(
         registry,
         aliases,
         AffinityStore(state_store),
         metrics=vllm_metrics,
         cooldown_seconds=settings.backend_cooldown_seconds,
+        score_kind=settings.routing_score,
     )
     routing = RoutingService(registry, router)
     instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -263,7 +271,12 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         ),
         on_change=on_failover_change,
         has_backend=link_has_backend,
+        in_pool=lambda profile, model, backend: router.in_pool(
+            profile.base_model, profile.tags, model, backend
+        ),
+        default_threshold_ms=settings.failover_slow_threshold_ms,
     )
+    routing.on_first_token(failover_policy.record_call)
     failover_control = FailoverControl(policy=failover_policy, bus=event_bus, db_config=db_config)
     shared_latency = SharedLatency(failover_policy, event_bus, instance=instance_id)
     shared_latency.watch()
@@ -324,6 +337,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
             store=state_store,
             instance=instance_id,
         ),
+        load_share=LoadShare(registry, event_bus, instance=instance_id),
         shared_verdicts=SharedVerdicts(
             registry, router, state_store, event_bus, instance=instance_id
         ),

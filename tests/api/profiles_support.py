@@ -39,6 +39,7 @@ PROFILE_FIELDS = {
     "fallbackProfileId",
     "slowThresholdMs",
     "failoverChain",
+    "routingScore",
     "createdAt",
     "updatedAt",
 }

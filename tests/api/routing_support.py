@@ -35,6 +35,7 @@ BACKEND_FIELDS = {
     "has_api_key",
     "models",
     "tags",
+    "max_concurrency",
     "advertised_models",
     "health",
     "breaker",

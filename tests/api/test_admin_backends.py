@@ -308,6 +308,79 @@ async def test_a_change_of_tags_alone_reaches_the_registry(
     assert tags_in_registry() == frozenset()
 
 
+# ---------------------------------------------------------------- max_concurrency
+
+
+async def test_max_concurrency_is_stored_shown_changed_cleared_and_given_to_routing(
+    admin_client: Client, upstream: Upstream
+) -> None:
+    _, url = upstream
+    name = unique_name("slots")
+    body: dict[str, Any] = {"name": name, "type": "vllm", "url": url, "api_key": UPSTREAM_KEY}
+    registry = resources_of(admin_client).backend_registry
+    settings = resources_of(admin_client).settings
+
+    def in_registry() -> tuple[int | None, int | None]:
+        """What the router sees: the spec, and the capacity its load estimate uses."""
+        state = registry.get(name)
+        assert state is not None
+        return state.spec.max_concurrency, state.load.max_concurrency
+
+    async def stored() -> int | None:
+        [(value,)] = await execute(
+            settings, select(BackendConfig.max_concurrency).where(BackendConfig.name == name)
+        )
+        return value  # type: ignore[no-any-return]
+
+    created = await register_backend(admin_client, **body, max_concurrency=64)
+    assert created.status_code == 201, created.text
+    assert created.json()["max_concurrency"] == 64
+    assert (await backend(admin_client, name)).json()["max_concurrency"] == 64
+    listed = (await admin_client.get("/api/admin/backends?limit=500", headers=ADMIN)).json()
+    [item] = [i for i in listed["items"] if i["name"] == name]
+    assert item["max_concurrency"] == 64
+    assert await stored() == 64
+    assert in_registry() == (64, 64)
+    await wait_healthy(admin_client, name)
+
+    # A change of it alone reaches routing at once; the largest value is accepted.
+    changed = await register_backend(admin_client, **body, max_concurrency=100_000)
+    assert changed.status_code == 201, changed.text
+    assert changed.json()["max_concurrency"] == 100_000
+    assert in_registry() == (100_000, 100_000)
+    assert await stored() == 100_000
+
+    # null clears it (routing learns the capacity from the metrics again) ...
+    cleared = await register_backend(admin_client, **body, max_concurrency=None)
+    assert cleared.status_code == 201, cleared.text
+    assert cleared.json()["max_concurrency"] is None
+    assert in_registry() == (None, None)
+    assert await stored() is None
+
+    # ... and so does a re-registration without it, like every other field.
+    assert (await register_backend(admin_client, **body, max_concurrency=1)).status_code == 201
+    assert in_registry() == (1, 1)
+    omitted = await register_backend(admin_client, **body)
+    assert omitted.json()["max_concurrency"] is None
+    assert in_registry() == (None, None)
+
+
+async def test_a_refused_max_concurrency_leaves_the_backend_as_it_was(
+    admin_client: Client, upstream: Upstream
+) -> None:
+    _, url = upstream
+    name = unique_name("slots-bad")
+    body: dict[str, Any] = {"name": name, "type": "vllm", "url": url, "api_key": UPSTREAM_KEY}
+    assert (await register_backend(admin_client, **body, max_concurrency=8)).status_code == 201
+    for bad in (0, 100_001, "many"):
+        error = assert_error(await register_backend(admin_client, **body, max_concurrency=bad), 400)
+        assert (error["code"], error["param"]) == ("invalid_request", "max_concurrency")
+    assert (await backend(admin_client, name)).json()["max_concurrency"] == 8
+    state = resources_of(admin_client).backend_registry.get(name)
+    assert state is not None
+    assert state.spec.max_concurrency == 8
+
+
 async def test_the_largest_tag_lists_are_accepted_and_ollama_keeps_its_tags(
     admin_client: Client,
 ) -> None:
@@ -395,6 +468,13 @@ BAD_BODIES: list[tuple[dict[str, Any], str]] = [
     ({"tags": [f"t{n}" for n in range(33)]}, "tags"),
     ({"tags": "general"}, "tags"),
     ({"tags": ["general", 7]}, "tags[1]"),
+    ({"max_concurrency": 0}, "max_concurrency"),
+    ({"max_concurrency": -4}, "max_concurrency"),
+    ({"max_concurrency": 100_001}, "max_concurrency"),
+    ({"max_concurrency": 2.5}, "max_concurrency"),
+    ({"max_concurrency": "sixty-four"}, "max_concurrency"),
+    ({"max_concurrency": True}, "max_concurrency"),
+    ({"maxConcurrency": 64}, "maxConcurrency"),
     ({"tags": None}, "tags"),
     ({"unexpected": True}, "unexpected"),
 ]

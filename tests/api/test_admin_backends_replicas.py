@@ -114,6 +114,20 @@ async def test_a_backend_registered_on_one_replica_routes_on_the_other(
 
         await eventually(replaced_on_b, within=5.0)
         assert registry_b.get(name).spec.api_key is None
+
+        # A change of the batch slots alone travels too, down to the load estimate.
+        response = await register_backend(
+            a, name=name, type="external", url=url, models=["x"], max_concurrency=16
+        )
+        assert response.status_code == 201, response.text
+
+        async def slots_on_b() -> bool:
+            state = registry_b.get(name)
+            return state is not None and state.spec.max_concurrency == 16
+
+        await eventually(slots_on_b, within=5.0)
+        assert registry_b.get(name).load.max_concurrency == 16
+        assert (await backend(b, name)).json()["max_concurrency"] == 16
         assert (await a.delete(f"/api/admin/backends/{name}", headers=ADMIN)).status_code == 204
 
         async def gone_on_b() -> bool:

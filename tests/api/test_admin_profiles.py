@@ -60,6 +60,7 @@ async def test_create_a_profile_and_read_it_back(app_client: Client) -> None:
             "fallbackProfileId": "llm",
             "slowThresholdMs": 2500,
             "failoverChain": ["llm"],
+            "routingScore": "seed",
         },
         headers=ADMIN,
     )
@@ -79,6 +80,7 @@ async def test_create_a_profile_and_read_it_back(app_client: Client) -> None:
         "fallbackProfileId": "llm",
         "slowThresholdMs": 2500,
         "failoverChain": ["llm"],
+        "routingScore": "seed",
     }
     assert ISO_UTC.match(body["createdAt"])
     assert ISO_UTC.match(body["updatedAt"])
@@ -100,6 +102,7 @@ async def test_create_a_profile_and_read_it_back(app_client: Client) -> None:
         fallback_profile_id="llm",
         slow_threshold_ms=2500,
         failover_chain=("llm",),
+        routing_score="seed",
     )
 
 
@@ -117,6 +120,10 @@ async def test_defaults_of_a_minimal_profile(app_client: Client) -> None:
         None,
         [],
     )
+    assert body["routingScore"] is None
+    table_row = resources_of(app_client).profile_table.get("a.b_c-1")
+    assert table_row is not None
+    assert table_row.routing_score is None
 
 
 async def test_list_is_paginated_and_ordered_by_id(app_client: Client) -> None:
@@ -183,6 +190,11 @@ async def test_an_unknown_profile_is_a_404(app_client: Client) -> None:
         ({"failoverChain": ["base", "ghost"]}, "unknown_profile", "failoverChain"),
         ({"failoverChain": ["base", "base"]}, "duplicate_profile", "failoverChain"),
         ({"failoverChain": ["self"]}, "self_reference", "failoverChain"),
+        ({"routingScore": "fastest"}, "invalid_request", "routingScore"),
+        ({"routingScore": "Capacity"}, "invalid_request", "routingScore"),
+        ({"routingScore": ""}, "invalid_request", "routingScore"),
+        ({"routingScore": 1}, "invalid_request", "routingScore"),
+        ({"routing_score": "seed"}, "invalid_request", "routing_score"),
     ],
 )
 async def test_invalid_profiles_are_refused(
@@ -250,6 +262,35 @@ async def test_patch_changes_only_the_given_fields(app_client: Client) -> None:
     assert (await patch_profile(app_client, "llm"))["name"] == "Renamed"
 
 
+async def test_the_routing_score_is_set_changed_cleared_and_reaches_routing(
+    app_client: Client,
+) -> None:
+    def in_table() -> str | None:
+        row = resources_of(app_client).profile_table.get("scored")
+        assert row is not None
+        return row.routing_score
+
+    created = await create_profile(app_client, "scored", routingScore="capacity")
+    assert created["routingScore"] == "capacity"
+    assert in_table() == "capacity"
+
+    changed = await patch_profile(app_client, "scored", routingScore="seed")
+    assert changed["routingScore"] == "seed"
+    assert in_table() == "seed"
+    # Another field's patch keeps it.
+    renamed = await patch_profile(app_client, "scored", name="Renamed")
+    assert renamed["routingScore"] == "seed"
+    assert (await app_client.get(f"{BASE}/scored", headers=ADMIN)).json() == renamed
+
+    # null: back to the platform default.
+    cleared = await patch_profile(app_client, "scored", routingScore=None)
+    assert cleared["routingScore"] is None
+    assert in_table() is None
+    listed = (await app_client.get(BASE, headers=ADMIN)).json()
+    [item] = [p for p in listed["items"] if p["id"] == "scored"]
+    assert item["routingScore"] is None
+
+
 @pytest.mark.parametrize(
     ("fields", "code", "param"),
     [
@@ -263,6 +304,8 @@ async def test_patch_changes_only_the_given_fields(app_client: Client) -> None:
         ({"failoverChain": ["base", "llm"]}, "self_reference", "failoverChain"),
         ({"failoverChain": ["base", "base"]}, "duplicate_profile", "failoverChain"),
         ({"failoverChain": ["ghost"]}, "unknown_profile", "failoverChain"),
+        ({"routingScore": "fastest"}, "invalid_request", "routingScore"),
+        ({"routingScore": ["seed"]}, "invalid_request", "routingScore"),
     ],
 )
 async def test_invalid_patches_are_refused(

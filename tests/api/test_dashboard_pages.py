@@ -305,6 +305,90 @@ async def test_backend_forms_validate_and_never_show_keys(live: Live, admin: Bro
     assert (await live.api.get(f"/api/admin/backends/{name}")).status_code == 404
 
 
+async def test_the_backend_form_sets_changes_and_clears_max_concurrency(
+    live: Live, admin: Browser
+) -> None:
+    form = await admin.http.get("/admin/backend-form?type=vllm", headers=HTMX)
+    assert 'name="max_concurrency"' in form.text
+    name = _name("slots")
+    body = {"type": "vllm", "name": name, "url": "http://127.0.0.1:9"}
+    refusals = (("0", "at least 1"), ("100001", "no larger than 100,000"), ("many", "whole number"))
+    for bad, message in refusals:
+        refused = await admin.http.post(
+            "/admin/backends", data={**body, "max_concurrency": bad}, headers=admin.headers()
+        )
+        assert 'id="backend-max-concurrency-error"' in refused.text, (bad, refused.text)
+        assert message in refused.text
+        assert (await live.api.get(f"/api/admin/backends/{name}")).status_code == 404
+
+    created = await admin.http.post(
+        "/admin/backends", data={**body, "max_concurrency": "32"}, headers=admin.headers()
+    )
+    assert "registered" in created.headers["hx-trigger"], created.text
+    assert (await live.api.get(f"/api/admin/backends/{name}")).json()["max_concurrency"] == 32
+    state = live.resources.backend_registry.get(name)
+    assert state is not None
+    assert state.spec.max_concurrency == 32
+    rows = await admin.http.get("/admin/backend-rows", headers=HTMX)
+    assert "Max concurrency: 32" in rows.text
+    edit = await admin.http.get(f"/admin/backends/{name}/edit", headers=HTMX)
+    assert re.search(r'name="max_concurrency" type="text" value="32"', edit.text), edit.text
+
+    for typed, expected in (("1_000", 1000), ("", None)):
+        saved = await admin.http.post(
+            f"/admin/backends/{name}",
+            data={"url": "http://127.0.0.1:9", "max_concurrency": typed},
+            headers=admin.headers(),
+        )
+        assert "saved" in saved.headers["hx-trigger"], saved.text
+        shown = (await live.api.get(f"/api/admin/backends/{name}")).json()
+        assert shown["max_concurrency"] == expected
+        state = live.resources.backend_registry.get(name)
+        assert state is not None
+        assert state.spec.max_concurrency == expected
+    await live.api.delete(f"/api/admin/backends/{name}")
+
+
+async def test_the_profile_form_sets_changes_and_clears_the_routing_score(
+    live: Live, admin: Browser
+) -> None:
+    form = await admin.http.get("/admin/profile-form", headers=HTMX)
+    assert 'name="routing_score"' in form.text
+    assert '<option value="capacity">' in form.text
+    assert '<option value="seed">' in form.text
+    profile_id = _name("scored")
+    body = {"id": profile_id, "name": "Scored", "base_model": "gpt-4o-mini", "enabled": "on"}
+    bogus = await admin.http.post(
+        "/admin/profiles", data={**body, "routing_score": "fastest"}, headers=admin.headers()
+    )
+    assert 'id="profile-score-error"' in bogus.text, bogus.text
+    assert live.resources.profile_table.get(profile_id) is None
+
+    created = await admin.http.post(
+        "/admin/profiles", data={**body, "routing_score": "seed"}, headers=admin.headers()
+    )
+    assert "profiles-changed" in created.headers.get("hx-trigger", ""), created.text
+    stored = live.resources.profile_table.get(profile_id)
+    assert stored is not None
+    assert stored.routing_score == "seed"
+    rows = await admin.http.get("/admin/profile-rows", headers=HTMX)
+    assert "seed score" in rows.text
+    edit = await admin.http.get(f"/admin/profiles/{profile_id}/edit", headers=HTMX)
+    assert '<option value="seed" selected>' in edit.text
+
+    for typed, expected in (("capacity", "capacity"), ("", None)):
+        saved = await admin.http.post(
+            f"/admin/profiles/{profile_id}",
+            data={**body, "routing_score": typed},
+            headers=admin.headers(),
+        )
+        assert "profiles-changed" in saved.headers.get("hx-trigger", ""), saved.text
+        stored = live.resources.profile_table.get(profile_id)
+        assert stored is not None
+        assert stored.routing_score == expected
+    await admin.http.delete(f"/admin/profiles/{profile_id}", headers=admin.headers())
+
+
 async def test_alias_profile_and_quota_forms(live: Live, admin: Browser) -> None:
     alias = f"org/{_name('alias')}"
     same = await admin.http.post(

@@ -203,6 +203,48 @@ async def test_overwrite_true_replaces_and_an_equal_entry_writes_nothing(
         assert state.spec.tags == frozenset({"smart", "general"})
 
 
+async def test_max_concurrency_is_seeded_and_an_overwrite_changing_it_alone_applies(
+    routing_settings: Settings, make_app: AppFactory, pool: Pool, tmp_path: Path
+) -> None:
+    open_url, _ = pool
+    kept, replaced = unique_name("seed-slots"), unique_name("seed-slots-over")
+    path = tmp_path / "seed.json"
+    entries: list[dict[str, Any]] = [
+        {"name": kept, "url": open_url, "max_concurrency": 32},
+        {"name": replaced, "url": open_url, "max_concurrency": 48, "overwrite": True},
+    ]
+    settings = seeded_settings(routing_settings, write(path, entries))
+
+    def slots(client: AsyncTestClient[Any], name: str) -> int | None:
+        state = resources_of(client).backend_registry.get(name)
+        assert state is not None
+        assert state.load.max_concurrency == state.spec.max_concurrency
+        return state.spec.max_concurrency
+
+    async with AsyncTestClient(app=make_app(settings)) as client:
+        assert (await backend(client, kept)).json()["max_concurrency"] == 32
+        assert (await backend(client, replaced)).json()["max_concurrency"] == 48
+        assert (slots(client, kept), slots(client, replaced)) == (32, 48)
+    before = await stored_rows(settings, kept, replaced)
+
+    # The same file again writes nothing; a change of max_concurrency alone is an
+    # overwrite for the entry that allows it, and ignored for the one that does not.
+    async with AsyncTestClient(app=make_app(settings)) as client:
+        assert (slots(client, kept), slots(client, replaced)) == (32, 48)
+    again = await stored_rows(settings, kept, replaced)
+    assert [again[n].updated_at for n in (kept, replaced)] == [
+        before[n].updated_at for n in (kept, replaced)
+    ]
+
+    write(path, [{**entries[0], "max_concurrency": 8}, {**entries[1], "max_concurrency": None}])
+    async with AsyncTestClient(app=make_app(settings)) as client:
+        assert (await backend(client, replaced)).json()["max_concurrency"] is None
+        assert (slots(client, kept), slots(client, replaced)) == (32, None)
+    after = await stored_rows(settings, kept, replaced)
+    assert after[kept].updated_at == before[kept].updated_at
+    assert after[replaced].updated_at > before[replaced].updated_at
+
+
 async def test_the_default_file_is_used_when_present_and_silently_skipped_when_not(
     routing_settings: Settings,
     make_app: AppFactory,
@@ -231,6 +273,7 @@ def test_the_shipped_files_are_valid() -> None:
     example = load_seed_file(root / "vllm-backends.example.json")
     assert [e.registration.kind for e in example] == ["vllm", "vllm"]
     assert [e.registration.tags for e in example] == [("general",), ("general", "smart")]
+    assert [e.registration.max_concurrency for e in example] == [None, 256]
 
 
 # ---------------------------------------------------------------- refusals
@@ -295,6 +338,22 @@ BAD_ENTRIES: list[tuple[list[dict[str, Any]], str]] = [
     (
         [{"name": "l", "url": "http://127.0.0.1:1", "api_key": UPSTREAM_KEY * 400}],
         "Expected `str` of length <= 8192 - at `$.api_key`",
+    ),
+    (
+        [{"name": "m", "url": "http://127.0.0.1:1", "max_concurrency": 0}],
+        "backends[0] ('m'): Expected `int` >= 1 - at `$.max_concurrency`",
+    ),
+    (
+        [{"name": "m", "url": "http://127.0.0.1:1", "max_concurrency": 100_001}],
+        "Expected `int` <= 100000 - at `$.max_concurrency`",
+    ),
+    (
+        [{"name": "m", "url": "http://127.0.0.1:1", "max_concurrency": "64"}],
+        "- at `$.max_concurrency`",
+    ),
+    (
+        [{"name": "m", "url": "http://127.0.0.1:1", "maxConcurrency": 64}],
+        "Object contains unknown field `maxConcurrency`",
     ),
 ]
 

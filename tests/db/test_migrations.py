@@ -10,10 +10,18 @@ import pytest
 from advanced_alchemy.base import metadata_registry
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import Connection, inspect, text
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
-from app.db.migrate import DatabaseNotMigratedError, ensure_migrated, head_revision, upgrade
+from app.db.migrate import (
+    DatabaseNotMigratedError,
+    alembic_commands,
+    current_revision,
+    ensure_migrated,
+    head_revision,
+    upgrade,
+)
+from app.db.models import BackendConfig, ModelProfile
 from tests.conftest import _pg_url, base_settings, create_database, drop_database
 
 
@@ -47,6 +55,67 @@ async def test_sqlite_migrations_match_models(tmp_path: Path):
     await asyncio.to_thread(upgrade, base_settings(database_url=url))
     # SQLite reflects column types as storage affinities, so only structure is compared.
     assert await _autogenerate_diff(url, compare_type=False) == []
+
+
+def _columns(connection: Connection, table: str) -> set[str]:
+    return {column["name"] for column in inspect(connection).get_columns(table)}
+
+
+async def _routing_capacity_columns(engine: AsyncEngine) -> tuple[bool, bool]:
+    async with engine.connect() as connection:
+        backends = await connection.run_sync(_columns, "backend_configs")
+        profiles = await connection.run_sync(_columns, "model_profiles")
+    return "max_concurrency" in backends, "routing_score" in profiles
+
+
+async def _round_trip_0008(url: str, compare_type: bool) -> None:
+    """0008 adds two nullable columns; its downgrade drops them and keeps the rows."""
+    settings = base_settings(database_url=url)
+    await asyncio.to_thread(upgrade, settings, "0007")
+    engine = create_async_engine(url)
+    try:
+        assert await _routing_capacity_columns(engine) == (False, False)
+        await asyncio.to_thread(upgrade, settings, "0008")
+        assert await current_revision(engine) == "0008"
+        assert await _routing_capacity_columns(engine) == (True, True)
+        async with async_sessionmaker(engine)() as session:
+            session.add(BackendConfig(name="b", kind="vllm", url="http://h:1", max_concurrency=8))
+            session.add(ModelProfile(id="p", name="P", base_model="m", routing_score="seed"))
+            await session.commit()
+
+        await asyncio.to_thread(alembic_commands(settings).downgrade, "0007")
+        assert await current_revision(engine) == "0007"
+        assert await _routing_capacity_columns(engine) == (False, False)
+        async with engine.connect() as connection:
+            assert (await connection.execute(text("SELECT name FROM backend_configs"))).all() == [
+                ("b",)
+            ]
+            assert (await connection.execute(text("SELECT id FROM model_profiles"))).all() == [
+                ("p",)
+            ]
+
+        await asyncio.to_thread(upgrade, settings)
+        async with engine.connect() as connection:
+            slots = await connection.execute(text("SELECT max_concurrency FROM backend_configs"))
+            assert slots.all() == [(None,)]
+            score = await connection.execute(text("SELECT routing_score FROM model_profiles"))
+            assert score.all() == [(None,)]
+    finally:
+        await engine.dispose()
+    assert await _autogenerate_diff(url, compare_type) == []
+
+
+async def test_postgres_routing_capacity_migration_downgrades_and_upgrades_again():
+    name = f"arona_mig_{uuid.uuid4().hex[:10]}"
+    await create_database(name)
+    try:
+        await _round_trip_0008(_pg_url(name), compare_type=True)
+    finally:
+        await drop_database(name)
+
+
+async def test_sqlite_routing_capacity_migration_downgrades_and_upgrades_again(tmp_path: Path):
+    await _round_trip_0008(f"sqlite+aiosqlite:///{tmp_path / 'trip.db'}", compare_type=False)
 
 
 async def test_unmigrated_database_is_refused_with_a_clear_message(tmp_path: Path):

@@ -96,10 +96,12 @@ class RuntimeEnv:
             out.append((name, fake))
         return out
 
-    async def register(self, name: str, url: str, *, tags: list[str]) -> None:
+    async def register(self, name: str, url: str, *, tags: list[str], **fields: Any) -> None:
+        """Register a fake vLLM server; ``fields`` are more of the registration's
+        fields (``max_concurrency``)."""
         response = await self.http.post(
             "/api/admin/backends",
-            json={"name": name, "type": "vllm", "url": url, "tags": tags},
+            json={"name": name, "type": "vllm", "url": url, "tags": tags, **fields},
             headers=ADMIN,
         )
         assert response.status_code == 201, response.text

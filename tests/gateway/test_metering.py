@@ -99,8 +99,9 @@ async def test_a_stream_that_fails_before_producing_anything_is_recorded_with_ze
         headers={"Authorization": f"Bearer {env.api_key}"},
     ) as response:
         body = b"".join([p async for p in response.aiter_bytes()])
-    assert body.endswith(b"data: [DONE]\n\n")
-    assert b"event: error" in body
+    # Nothing was relayed yet: the client gets the failure as a status, not a 200.
+    assert response.status_code == 502
+    assert b'"bad_gateway"' in body
     rows = [r for r in await env.usage_rows() if r.model_requested == "meter-drop"]
     assert len(rows) == 1
     assert rows[0].total_tokens == 0

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db.models.usage import UsageRecord
 from tests.api.support import eventually
-from tests.gateway.conftest import GatewayEnv
+from tests.gateway.conftest import ADMIN, GatewayEnv, unique
 from tests.gateway.runtime_support import RuntimeEnv, runtime_env
 from tests.helpers import assert_error, bearer
 
@@ -235,6 +235,112 @@ async def test_lowest_vllm_score_wins_and_follows_the_metrics(rt: RuntimeEnv) ->
         return result.headers["x-arona-backend"] == busy
 
     await eventually(routed_to_busy, within=5.0, interval=0.05)
+
+
+async def test_every_turn_is_scored_a_conversation_leaves_its_backend_when_loaded(
+    rt: RuntimeEnv,
+) -> None:
+    (first, first_fake), (second, second_fake) = await rt.pool("turns-model", [[], []])
+    first_fake.running, second_fake.running = 0, 1  # the first scores lower
+    profile = await rt.profile("turns-model", routingScore="seed")
+    conversation = await rt.conversation(modelProfileId=profile)
+    opening = await rt.chat(conversation)
+    assert opening.headers["x-arona-backend"] == first
+    # A little busier than the other: the warm prefix cache keeps the conversation.
+    first_fake.running = 3
+    await asyncio.sleep(2.1)  # past the metrics' freshness
+
+    async def stays() -> bool:
+        result = await rt.chat(conversation)
+        return result.headers["x-arona-backend"] == first
+
+    await eventually(stays, within=5.0, interval=0.05)
+    # Now it queues: the next turns leave it (the seed used to pin them for 24 h).
+    first_fake.waiting = 6
+
+    async def leaves() -> bool:
+        result = await rt.chat(conversation)
+        return result.headers["x-arona-backend"] == second
+
+    await eventually(leaves, within=5.0, interval=0.05)
+    # And stay on the new backend while it is good enough.
+    first_fake.waiting, first_fake.running = 0, 0
+    await asyncio.sleep(2.1)
+    for _ in range(3):
+        assert (await rt.chat(conversation)).headers["x-arona-backend"] == second
+
+
+async def test_the_backend_header_names_the_one_that_served_after_a_cut_before_any_byte(
+    rt: RuntimeEnv,
+) -> None:
+    (first, first_fake), (second, second_fake) = await rt.pool("cut-model", [[], []])
+    first_fake.running, second_fake.running = 0, 1  # the first scores lower: tried first
+    profile = await rt.profile("cut-model")
+    warm = await rt.chat(await rt.conversation(modelProfileId=profile))
+    assert warm.headers["x-arona-backend"] == first
+    first_fake.control.drop_stream_after = 0  # answers 200, then cuts before a frame
+
+    result = await rt.chat(await rt.conversation(modelProfileId=profile))
+
+    assert result.status == 200
+    assert first_fake.stats.dropped_streams == 1
+    assert result.headers["x-arona-backend"] == second
+    assert result.text == second_fake.reply_text()
+    assert not result.errors
+
+
+async def test_a_stream_every_backend_cuts_before_any_byte_is_a_502_not_a_200(
+    rt: RuntimeEnv,
+) -> None:
+    pool = await rt.pool("all-cut-model", [[], []])
+    profile = await rt.profile("all-cut-model")
+    for _, fake in pool:
+        fake.control.drop_stream_after = 0
+    conversation = await rt.conversation(modelProfileId=profile)
+
+    result = await rt.chat(conversation)
+
+    assert result.status == 502
+    assert result.body["error"]["code"] == "bad_gateway"
+    assert all(fake.stats.dropped_streams == 1 for _, fake in pool)
+    assert await rt.messages(conversation) == []
+
+
+async def test_the_profiles_routing_score_ranks_the_backends_with_their_batch_slots(
+    rt: RuntimeEnv,
+) -> None:
+    # Roomy: 20 running of 64 slots. Full: 2 running of its 2 slots. The seed score
+    # (running + 10 * waiting) prefers the full one (2 < 20); the capacity score
+    # prefers the one with a free slot, which it knows only from max_concurrency
+    # (without it, 2 running would look emptier than 20).
+    model = "slots-model"
+    roomy_fake, roomy_url = await rt.vllm(models=[model])
+    full_fake, full_url = await rt.vllm(models=[model])
+    roomy, full = unique("roomy"), unique("full")
+    await rt.register(roomy, roomy_url, tags=[], max_concurrency=64)
+    await rt.register(full, full_url, tags=[], max_concurrency=2)
+    roomy_fake.running, full_fake.running = 20, 2
+    seed = await rt.profile(model, routingScore="seed")
+    capacity = await rt.profile(model, routingScore="capacity")
+    default = await rt.profile(model)
+    assert rt.gw.settings.routing_score == "capacity"
+
+    async def served_by(profile: str) -> str:
+        result = await rt.chat(await rt.conversation(modelProfileId=profile))
+        assert result.status == 200, result.body
+        return result.headers["x-arona-backend"]
+
+    for _ in range(3):
+        assert await served_by(seed) == full
+        assert await served_by(capacity) == roomy
+        assert await served_by(default) == roomy  # the platform default: capacity
+
+    # Cleared, the seed profile follows the platform default too.
+    response = await rt.http.patch(
+        f"/api/admin/model-profiles/{seed}", json={"routingScore": None}, headers=ADMIN
+    )
+    assert response.status_code == 200, response.text
+    assert await served_by(seed) == roomy
 
 
 async def test_a_failing_backend_is_retried_on_another_then_cools_down(rt: RuntimeEnv) -> None:

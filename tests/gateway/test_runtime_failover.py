@@ -116,6 +116,38 @@ async def test_slow_profile_redirects_along_its_chain_then_recovers(rt: RuntimeE
     assert (await failover_status(rt, pool.top))["state"] == "ok"
 
 
+async def test_slow_v1_streams_to_the_base_model_redirect_the_profile(rt: RuntimeEnv) -> None:
+    pool = await smart_pool(rt)
+    pool.smart_fake.control.delay_seconds = SLOW_SECONDS
+    sdk = rt.gw.sdk()
+
+    # /v1 knows no profiles: its streams for the model land on either backend, and
+    # the slow ones are the top profile's evidence (its pool is the ``smart`` one).
+    async def judged_slow() -> bool:
+        stream = await sdk.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        [chunk async for chunk in stream]
+        status = await failover_status(rt, pool.top)
+        return bool(status["state"] == "redirecting")
+
+    await eventually(judged_slow, within=20, interval=0)
+    assert pool.smart_fake.stats.streams >= 2
+    conversation = await rt.conversation(modelProfileId=pool.top)
+    redirected = await rt.chat(conversation)
+    assert redirected.headers["x-arona-profile"] == pool.base
+    assert redirected.headers["x-arona-failover"] == f"latency; from={pool.top}"
+
+
+async def test_a_chained_profile_without_a_threshold_is_judged_by_the_default(
+    rt: RuntimeEnv,
+) -> None:
+    pool = await smart_pool(rt, slowThresholdMs=None)
+    status = await failover_status(rt, pool.top)
+    assert status["slowThresholdMs"] == 10_000  # ARONA_FAILOVER_SLOW_THRESHOLD_MS
+    assert status["state"] == "ok"
+
+
 async def test_status_changes_are_published_on_the_event_bus(rt: RuntimeEnv) -> None:
     pool = await smart_pool(rt)
     conversation = await rt.conversation(modelProfileId=pool.top)
@@ -241,17 +273,21 @@ async def test_a_stream_dropped_upstream_pins_the_conversation_to_the_fallback(
     assert free.headers["x-arona-failover"] == "none"
 
 
-async def test_a_runtime_that_disconnects_mid_stream_pins_too(rt: RuntimeEnv) -> None:
-    pool = await smart_pool(rt)
-    conversation = await rt.conversation(modelProfileId=pool.top)
+async def leave_after_first_bytes(rt: RuntimeEnv, pool: Pool, conversation: str) -> None:
+    """A turn on a long, slow stream whose runtime goes away after the first bytes."""
     pool.smart_fake.control.chunks = 20
     pool.smart_fake.control.chunk_delay_seconds = 0.1
     body = {"conversationId": conversation, "messages": [{"role": "user", "content": "long"}]}
-
     async with rt.http.stream("POST", "/api/runtime/chat", json=body, headers=rt.headers) as r:
         assert r.status_code == 200
         async for _ in r.aiter_bytes():
-            break  # the runtime goes away after the first bytes
+            break
+
+
+async def test_a_runtime_that_disconnects_mid_stream_pins_too(rt: RuntimeEnv) -> None:
+    pool = await smart_pool(rt)
+    conversation = await rt.conversation(modelProfileId=pool.top)
+    await leave_after_first_bytes(rt, pool, conversation)
 
     async def pinned() -> bool:
         return any(
@@ -260,6 +296,59 @@ async def test_a_runtime_that_disconnects_mid_stream_pins_too(rt: RuntimeEnv) ->
         )
 
     await eventually(pinned, within=5)
+
+
+async def test_a_priority_conversation_that_drops_is_not_pinned(rt: RuntimeEnv) -> None:
+    pool = await smart_pool(rt)
+    urgent = await rt.conversation(modelProfileId=pool.top, priority=True)
+    pool.smart_fake.control.drop_stream_after = 2
+
+    dropped = await rt.chat(urgent)
+
+    assert dropped.done
+    [error] = dropped.errors
+    assert "priority conversation: not pinned" in error["error"]["message"]
+    assert all(p["conversationId"] != urgent for p in await rt.pins())
+    pool.smart_fake.control.drop_stream_after = None
+    again = await rt.chat(urgent)
+    assert again.headers["x-arona-profile"] == pool.top
+    assert again.headers["x-arona-failover"] == "none"
+
+
+async def test_a_priority_conversation_whose_runtime_leaves_is_not_pinned(
+    rt: RuntimeEnv,
+) -> None:
+    pool = await smart_pool(rt)
+    urgent = await rt.conversation(modelProfileId=pool.top, priority=True)
+    await leave_after_first_bytes(rt, pool, urgent)
+
+    # The drop is metered (499) once the relay noticed; it must still pin nothing.
+    async def metered() -> bool:
+        return any(
+            row.conversation_id == urgent and row.status == 499 for row in await rt.gw.usage_rows()
+        )
+
+    await eventually(metered, within=5)
+    assert all(p["conversationId"] != urgent for p in await rt.pins())
+
+
+async def test_a_pin_set_before_a_conversation_became_priority_does_not_move_it(
+    rt: RuntimeEnv,
+) -> None:
+    pool = await smart_pool(rt)
+    conversation = await rt.conversation(modelProfileId=pool.top)
+    pool.smart_fake.control.drop_stream_after = 1
+    await rt.chat(conversation)
+    pool.smart_fake.control.drop_stream_after = None
+    assert any(p["conversationId"] == conversation for p in await rt.pins())
+
+    patched = await rt.http.patch(
+        f"/api/runtime/conversations/{conversation}", json={"priority": True}, headers=rt.headers
+    )
+    assert patched.status_code == 200, patched.text
+    result = await rt.chat(conversation)
+    assert result.headers["x-arona-profile"] == pool.top
+    assert result.headers["x-arona-failover"] == "none"
 
 
 async def test_a_profile_without_fallback_is_not_pinned(rt: RuntimeEnv) -> None:

@@ -177,9 +177,17 @@ class RoutingRig:
         healthy: bool = True,
         kind: str = "external",
         tags: frozenset[str] = frozenset(),
+        max_concurrency: int | None = None,
     ) -> BackendState:
         state, _ = self.registry.upsert(
-            BackendSpec(name=name, kind=kind, url="http://x", models=models, tags=tags)
+            BackendSpec(
+                name=name,
+                kind=kind,
+                url="http://x",
+                models=models,
+                tags=tags,
+                max_concurrency=max_concurrency,
+            )
         )
         if healthy:
             state.health = Health(HealthStatus.HEALTHY, "ok", 0.0)
@@ -194,3 +202,22 @@ class RoutingRig:
 
     def script(self, name: str) -> Script:
         return self.scripts.setdefault(name, Script())
+
+
+def hold_in_flight(state: BackendState, count: int) -> None:
+    """Make ``count`` requests of this replica be in flight on ``state`` (sent, not
+    ended), as requests the tests do not otherwise run."""
+    while state.in_flight < count:
+        state.load.dispatched()
+    while state.in_flight > count:
+        state.load.finished()
+
+
+def vllm_metrics(running: float, waiting: float = 0.0) -> str:
+    """A vLLM ``/metrics`` page showing this load."""
+    return (
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{model_name="m"}} {running}\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+    )

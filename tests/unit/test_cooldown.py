@@ -11,7 +11,7 @@ from app.routing.breaker import BreakerState
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.router import affinity_key
 from app.routing.types import RawBody, RouteHints
-from tests.unit.routing_fakes import RoutingRig
+from tests.unit.routing_fakes import RoutingRig, hold_in_flight
 from tests.unit.test_breaker import state_of
 
 
@@ -62,10 +62,10 @@ async def test_when_every_candidate_is_cooling_the_lowest_score_wins(rig: Routin
     b = rig.add("b")
     rig.router.cool_down(a)
     rig.router.cool_down(b)
-    a.in_flight = 2
+    hold_in_flight(a, 2)
     assert {await chat(rig) for _ in range(3)} == {"b"}
     assert not rig.router.is_cooling(b)
-    a.in_flight = 0
+    hold_in_flight(a, 0)
     # b answered, so it is warm again and preferred over a, still cooling.
     assert {await chat(rig) for _ in range(4)} == {"b"}
 

@@ -239,3 +239,65 @@ def test_a_broken_listener_does_not_break_routing(rig: Rig) -> None:
         policy.record("smart", 2000)
     decision = policy.route(rig.profile("smart"), priority=False, available=lambda _: True)
     assert decision.profile.id == "fast"
+
+
+# ----------------------------------------------- samples from every call to the model
+
+
+def pool_rig(default_threshold_ms: float = 4000) -> tuple[FailoverPolicy, ProfileTable]:
+    """Profiles on model ``big``: ``tagged`` only on backends tagged ``gpu``; ``chained``
+    has a chain but no threshold (the default applies); ``plain`` neither."""
+    table = ProfileTable(
+        [
+            Profile("tagged", "T", "big", tags=frozenset({"gpu"}), slow_threshold_ms=1000),
+            Profile("chained", "C", "big", failover_chain=("other",)),
+            Profile("plain", "P", "big"),
+            Profile("other", "O", "small"),
+        ]
+    )
+    tags = {"gpu-1": frozenset({"gpu"}), "cpu-1": frozenset[str]()}
+
+    def in_pool(profile: Profile, model: str, backend: str) -> bool:
+        return model == profile.base_model and profile.tags <= tags[backend]
+
+    policy = FailoverPolicy(
+        table,
+        LatencyTracker(WINDOW, 3, FakeClock()),
+        in_pool=in_pool,
+        default_threshold_ms=default_threshold_ms,
+    )
+    return policy, table
+
+
+def test_a_call_counts_for_every_judged_profile_whose_pool_served_it() -> None:
+    policy, table = pool_rig()
+    for _ in range(3):
+        policy.record_call("big", "gpu-1", 5000)
+    states = {s.profile_id: (s.state, s.samples) for s in policy.statuses()}
+    # ``plain`` has neither threshold nor chain: not judged, no status.
+    assert states == {"tagged": ("slow", 3), "chained": ("redirecting", 3)}
+    other = table.get("other")
+    assert other is not None
+    assert policy.threshold_ms(other) is None
+
+
+def test_calls_on_a_backend_outside_a_profiles_pool_do_not_count_for_it() -> None:
+    policy, _ = pool_rig()
+    for _ in range(3):
+        policy.record_call("big", "cpu-1", 5000)  # no ``gpu`` tag: not ``tagged``'s pool
+        policy.record_call("small", "gpu-1", 5000)  # another model
+    states = {s.profile_id: (s.state, s.samples) for s in policy.statuses()}
+    assert states == {"tagged": ("ok", 0), "chained": ("redirecting", 3)}
+
+
+def test_the_default_threshold_judges_a_chained_profile_without_its_own() -> None:
+    policy, table = pool_rig(default_threshold_ms=6000)
+    chained = table.get("chained")
+    assert chained is not None
+    for _ in range(3):
+        policy.record_call("big", "cpu-1", 5000)
+    assert policy.threshold_ms(chained) == 6000
+    assert not policy.is_slow(chained)
+    for _ in range(4):
+        policy.record_call("big", "cpu-1", 7000)
+    assert policy.is_slow(chained)

@@ -10,8 +10,15 @@ import pytest
 from app.routing.errors import ModelNotFoundError, NoHealthyBackendError
 from app.routing.names import canonical
 from app.routing.router import affinity_key
-from app.routing.types import BackendSpec, Health, HealthStatus, ProbeResult, RouteHints
-from tests.unit.routing_fakes import RoutingRig
+from app.routing.types import (
+    BackendSpec,
+    Health,
+    HealthStatus,
+    ProbeResult,
+    RouteHints,
+    ScoreKind,
+)
+from tests.unit.routing_fakes import RoutingRig, hold_in_flight, vllm_metrics
 
 
 @pytest.fixture
@@ -128,7 +135,7 @@ async def test_half_open_gives_exactly_one_trial(rig: RoutingRig) -> None:
 async def test_least_loaded_wins(rig: RoutingRig) -> None:
     a = rig.add("a")
     rig.add("b")
-    a.in_flight = 2
+    hold_in_flight(a, 2)
     assert {await select(rig) for _ in range(5)} == {"b"}
 
 
@@ -139,14 +146,16 @@ async def test_ties_go_round_robin_so_equal_backends_share_evenly(rig: RoutingRi
     assert counts == {"a": 100, "b": 100, "c": 100}
 
 
-async def test_affinity_pins_then_rebinds_when_the_backend_is_unhealthy(rig: RoutingRig) -> None:
+async def test_affinity_prefers_the_last_backend_then_rebinds_when_unhealthy(
+    rig: RoutingRig,
+) -> None:
     rig.add("a")
     rig.add("b")
     first = await select(rig, conversation_id="c1", affinity_scope="p1")
-    # Load the pinned backend: least-loaded would move the call, the pin must not.
+    # A little busier than the other: the conversation stays (its prefix cache).
     pinned_state = rig.registry.get(first)
     assert pinned_state is not None
-    pinned_state.in_flight = 5
+    hold_in_flight(pinned_state, 1)
     assert {await select(rig, conversation_id="c1", affinity_scope="p1") for _ in range(5)} == {
         first
     }
@@ -154,11 +163,28 @@ async def test_affinity_pins_then_rebinds_when_the_backend_is_unhealthy(rig: Rou
     other = await select(rig, conversation_id="c1", affinity_scope="p1")
     assert other != first
     pinned_state.health = Health(HealthStatus.HEALTHY, "ok", 2.0)
-    pinned_state.in_flight = 0
+    hold_in_flight(pinned_state, 0)
     # Re-bound: the conversation stays on its new backend after the old one recovers.
     assert {await select(rig, conversation_id="c1", affinity_scope="p1") for _ in range(5)} == {
         other
     }
+
+
+@pytest.mark.parametrize("kind", ["seed", "capacity"])
+async def test_every_turn_is_scored_a_loaded_backend_is_left(
+    rig: RoutingRig, kind: ScoreKind
+) -> None:
+    rig.add("a")
+    rig.add("b")
+    first = await select(rig, conversation_id="c1", affinity_scope="p1", score=kind)
+    pinned_state = rig.registry.get(first)
+    assert pinned_state is not None
+    # Loaded past the margin: the next turn goes elsewhere and the conversation moves.
+    hold_in_flight(pinned_state, 8)
+    moved = await select(rig, conversation_id="c1", affinity_scope="p1", score=kind)
+    assert moved != first
+    hold_in_flight(pinned_state, 0)
+    assert await select(rig, conversation_id="c1", affinity_scope="p1", score=kind) == moved
 
 
 async def test_affinity_rebinds_when_the_backend_is_removed(rig: RoutingRig) -> None:
@@ -200,24 +226,19 @@ async def test_replacing_a_backend_starts_it_fail_closed(rig: RoutingRig) -> Non
         await select(rig)
 
 
-def vllm_metrics(running: float, waiting: float = 0.0) -> str:
-    return (
-        "# TYPE vllm:num_requests_running gauge\n"
-        f'vllm:num_requests_running{{model_name="m"}} {running}\n'
-        "# TYPE vllm:num_requests_waiting gauge\n"
-        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
-    )
-
-
 async def test_published_load_decides_and_follows_its_changes(rig: RoutingRig) -> None:
     rig.add("a", kind="vllm")
     rig.add("b", kind="vllm")
+    rig.router.score_kind = "seed"
     rig.script("a").metrics = vllm_metrics(running=2, waiting=1)  # score 12
     rig.script("b").metrics = vllm_metrics(running=5)  # score 5
+    b = rig.registry.get("b")
+    assert b is not None
     assert {await select(rig) for _ in range(4)} == {"b"}
+    assert b.in_flight == 0  # each call above ended: the estimate is the reading again
     rig.script("b").metrics = vllm_metrics(running=5, waiting=2)  # score 25
-    rig.clock.advance(2.5)  # stale: this call still sees 5 and refreshes behind it
-    assert await select(rig) == "b"
+    rig.clock.advance(0.3)  # busy backends are read again after a quarter of a second
+    await select(rig)
     await asyncio.sleep(0.01)
     assert {await select(rig) for _ in range(4)} == {"a"}
 
@@ -243,12 +264,13 @@ async def test_equal_published_loads_share_evenly(rig: RoutingRig) -> None:
     assert Counter([await select(rig) for _ in range(100)]) == {"a": 50, "b": 50}
 
 
-async def test_local_in_flight_adds_to_the_published_load(rig: RoutingRig) -> None:
+async def test_calls_sent_since_the_reading_add_to_the_published_load(rig: RoutingRig) -> None:
     a = rig.add("a", kind="vllm")
     rig.add("b", kind="vllm")
     rig.script("a").metrics = vllm_metrics(running=1)
     rig.script("b").metrics = vllm_metrics(running=3)
-    a.in_flight = 5  # calls this replica sent that the last scrape did not see yet
+    assert await select(rig) == "a"  # both read now
+    hold_in_flight(a, 5)  # sent since: the reading does not show them yet
     assert await select(rig) == "b"
 
 

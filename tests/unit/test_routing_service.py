@@ -10,7 +10,7 @@ from app.routing.errors import NoHealthyBackendError, StreamInterruptedError, Up
 from app.routing.health import HEALTH_CHANNEL, HealthChecker
 from app.routing.service import RelayedStream
 from app.routing.types import HealthStatus, RawBody, RouteHints
-from tests.unit.routing_fakes import RoutingRig
+from tests.unit.routing_fakes import RoutingRig, hold_in_flight
 from tests.unit.test_breaker import state_of
 
 
@@ -250,7 +250,7 @@ async def test_two_retries_reach_a_third_backend(rig: RoutingRig) -> None:
     # c is the busiest, so the order is a (first of the tie), b, then c.
     c = rig.registry.get("c")
     assert c is not None
-    c.in_flight = 1
+    hold_in_flight(c, 1)
     outcome = await rig.service.chat("m", body(), RouteHints())
     assert outcome.backend == "c"
     assert outcome.attempts == 3

@@ -6,13 +6,12 @@ import asyncio
 
 import pytest
 
+from app.routing.load import BackendLoad, Reading
 from app.routing.vllm_metrics import (
-    UNAVAILABLE_PENALTY,
     MetricsFormatError,
     VllmLoad,
     VllmMetricsCache,
     parse_vllm_metrics,
-    score,
 )
 from tests.unit.routing_fakes import FakeClock
 
@@ -66,11 +65,15 @@ def test_text_without_vllm_gauges_is_a_format_error(text: str) -> None:
         parse_vllm_metrics(text)
 
 
-def test_score_weights_waiting_and_penalises_unavailable_metrics() -> None:
-    assert score(VllmLoad(3, 1, None), local_in_flight=2) == 3 + 10 + 2
-    busy_but_visible = score(VllmLoad(500, 500, None), 0)
-    assert busy_but_visible < score(None, 0) == UNAVAILABLE_PENALTY
-    assert score(None, 3) > score(None, 1)
+def test_finished_requests_are_summed_over_their_reasons() -> None:
+    text = NEW_NAMES + (
+        "# TYPE vllm:request_success_total counter\n"
+        'vllm:request_success_total{finished_reason="stop",model_name="qwen"} 7.0\n'
+        'vllm:request_success_total{finished_reason="length",model_name="qwen"} 3.0\n'
+    )
+    load = parse_vllm_metrics(text)
+    assert load.finished_total == 10.0
+    assert load.reading() == Reading(5.0, 1.0, 0.75, 10.0)
 
 
 class Endpoint:
@@ -156,3 +159,50 @@ async def test_never_read_backend_waits_briefly_for_its_first_scrape() -> None:
     assert await quick.load("new", endpoint.scrape) is None
     endpoint.gate.set()
     await asyncio.sleep(0.01)  # let the late scrape land before the test ends
+
+
+async def test_routing_refreshes_busy_backends_more_often_and_feeds_their_load() -> None:
+    clock, endpoint = FakeClock(), Endpoint()
+    cache = VllmMetricsCache(clock=clock, busy_seconds=0.25, fresh_seconds=2.0)
+    load = BackendLoad()
+    await cache.prepare("a", endpoint.scrape, load)  # never read: waits for it
+    assert load.reading == Reading(5.0, 1.0, 0.75, None)
+    assert load.read_at == clock.now
+    # The reading shows requests: busy, refreshed after a quarter of a second...
+    clock.advance(0.2)
+    await cache.prepare("a", endpoint.scrape, load)
+    assert endpoint.calls == 1
+    clock.advance(0.1)
+    load.dispatched()  # sent between the scrape's start and its answer
+    await cache.prepare("a", endpoint.scrape, load)
+    await asyncio.sleep(0)
+    assert endpoint.calls == 2
+    estimate = load.estimate()
+    assert estimate is not None
+    assert estimate.added == 0  # the scrape started after it was sent: it is in it
+    # ...while an idle one waits two seconds.
+    endpoint.text = NEW_NAMES.replace(" 3.0", " 0.0").replace(" 2.0", " 0.0")
+    endpoint.text = endpoint.text.replace(" 1.0", " 0.0")
+    idle = BackendLoad()
+    await cache.prepare("b", endpoint.scrape, idle)
+    clock.advance(1.0)
+    await cache.prepare("b", endpoint.scrape, idle)
+    assert cache.scrapes("b") == 1
+    clock.advance(1.1)
+    await cache.prepare("b", endpoint.scrape, idle)
+    assert cache.scrapes("b") == 2
+
+
+async def test_an_expired_reading_makes_the_backend_unavailable_to_routing() -> None:
+    clock, endpoint = FakeClock(), Endpoint()
+    cache = VllmMetricsCache(clock=clock, wait_seconds=0.01)
+    load = BackendLoad()
+    await cache.prepare("a", endpoint.scrape, load)
+    assert load.estimate() is not None
+    endpoint.gate = asyncio.Event()  # hangs from now on
+    clock.advance(10.5)
+    await cache.prepare("a", endpoint.scrape, load)
+    assert load.estimate() is None
+    endpoint.gate.set()
+    await asyncio.sleep(0.01)
+    assert load.estimate() is not None

@@ -32,6 +32,9 @@ class ModelProfile(CommonTableAttributes, AuditColumns, AdvancedDeclarativeBase,
     slow_threshold_ms: Mapped[int | None] = mapped_column(default=None)
     failover_chain: Mapped[list[str]] = mapped_column(JSON, default=list)
     """Profile ids tried in order when this one is slow (latency failover)."""
+    routing_score: Mapped[str | None] = mapped_column(String(16), default=None)
+    """How routing ranks backends for this profile (``seed`` or ``capacity``); None:
+    the platform default (``ARONA_ROUTING_SCORE``)."""
 
 
 class ProjectProfileSettings(UUIDAuditBase):

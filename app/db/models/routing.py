@@ -21,6 +21,9 @@ class BackendConfig(UUIDAuditBase):
     models: Mapped[list[str]] = mapped_column(JSON, default=list)
     tags: Mapped[list[str]] = mapped_column(JSON, default=list)
     """A profile's tags must all be here for the backend to serve that profile."""
+    max_concurrency: Mapped[int | None] = mapped_column(default=None)
+    """Requests the backend runs at once (its batch slots), when the operator knows it;
+    None: routing learns it from the backend's metrics."""
 
 
 class ModelAlias(UUIDAuditBase):

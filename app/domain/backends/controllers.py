@@ -74,6 +74,7 @@ def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
         has_api_key=row.api_key_encrypted is not None,
         models=list(row.models),
         tags=list(row.tags or ()),
+        max_concurrency=row.max_concurrency,
         advertised_models=advertised,
         health=health,
         breaker=breaker,

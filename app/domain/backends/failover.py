@@ -33,7 +33,7 @@ from app.domain.backends.deps import platform_admin
 from app.lib.events.base import Event, EventBus
 from app.lib.events.follow import follow
 from app.routing.failover import FailoverPolicy, ProfileFailoverStatus
-from app.routing.profiles import ProfileTable
+from app.routing.profiles import Profile, ProfileTable
 
 CHANNEL = "failover"
 SWITCH_KEY = "failover.latency.enabled"
@@ -138,6 +138,7 @@ class ProfileFailoverOut(msgspec.Struct, rename="camel"):
     typical_ttft_ms: float | None
     samples: int
     slow_threshold_ms: int | None
+    """The threshold in force: the profile's own, else the platform default."""
     failover_chain: list[str]
 
 
@@ -158,11 +159,17 @@ def failover_out(policy: FailoverPolicy, profiles: ProfileTable) -> FailoverOut:
                 since=datetime.datetime.fromtimestamp(status.since, datetime.UTC),
                 typical_ttft_ms=status.typical_ttft_ms,
                 samples=status.samples,
-                slow_threshold_ms=None if profile is None else profile.slow_threshold_ms,
+                slow_threshold_ms=_threshold(policy, profile),
                 failover_chain=[] if profile is None else list(profile.failover_chain),
             )
         )
     return FailoverOut(enabled=policy.enabled, profiles=items)
+
+
+def _threshold(policy: FailoverPolicy, profile: Profile | None) -> int | None:
+    """The threshold in force: the profile's own or the platform default."""
+    threshold = None if profile is None else policy.threshold_ms(profile)
+    return None if threshold is None else int(threshold)
 
 
 class FailoverAdminController(Controller):

@@ -36,6 +36,9 @@ ApiKey = Annotated[str, msgspec.Meta(max_length=8192)]
 KindName = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
 # Checked before trimming: a tag is 1-64 characters and not only blanks.
 TagName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"\S")]
+MAX_CONCURRENCY = 100_000
+MaxConcurrency = Annotated[int, msgspec.Meta(ge=1, le=MAX_CONCURRENCY)]
+"""Requests a backend runs at once (its batch slots), as the operator knows it."""
 
 
 class Strict(msgspec.Struct, forbid_unknown_fields=True):
@@ -49,6 +52,8 @@ class BackendRegistration(Strict):
     api_key: ApiKey | None = None
     models: Annotated[list[ModelName], msgspec.Meta(max_length=MAX_MODELS)] = []
     tags: Annotated[list[TagName], msgspec.Meta(max_length=MAX_TAGS)] = []
+    max_concurrency: MaxConcurrency | None = None
+    """None (or absent): routing learns the capacity from the backend's metrics."""
 
 
 class ValidRegistration(msgspec.Struct, frozen=True):
@@ -60,6 +65,7 @@ class ValidRegistration(msgspec.Struct, frozen=True):
     api_key: str | None
     models: tuple[str, ...]
     tags: tuple[str, ...] = ()
+    max_concurrency: int | None = None
 
 
 class HealthOut(msgspec.Struct):
@@ -92,6 +98,9 @@ class BackendOut(msgspec.Struct):
     """The static list given at registration."""
     tags: list[str]
     """A profile that requires tags is served only by backends carrying all of them."""
+    max_concurrency: int | None
+    """Requests the backend runs at once (its batch slots) as registered; None: routing
+    learns it from the backend's metrics once a queue has been seen."""
     advertised_models: list[str]
     """What routing uses now: the static list, then the models the last probe found."""
     health: HealthOut
@@ -171,9 +180,16 @@ def validate_registration(data: BackendRegistration) -> ValidRegistration:
     url = check_backend_url(data.url, kind)
     # Tags are routing metadata, kept for every kind; trimmed, order kept, no duplicates.
     tags = tuple(dict.fromkeys(t.strip() for t in data.tags))
+    slots = data.max_concurrency
     if kind in KINDS_WITHOUT_KEY_OR_MODELS:
         return ValidRegistration(
-            name=data.name, kind=kind, url=url, api_key=None, models=(), tags=tags
+            name=data.name,
+            kind=kind,
+            url=url,
+            api_key=None,
+            models=(),
+            tags=tags,
+            max_concurrency=slots,
         )
     api_key = data.api_key if data.api_key else None
     # Order kept (the static list has precedence in that order), duplicates dropped.
@@ -181,7 +197,13 @@ def validate_registration(data: BackendRegistration) -> ValidRegistration:
     if kind in STATIC_ONLY_KINDS:
         _check_static_only(kind, api_key, models)
     return ValidRegistration(
-        name=data.name, kind=kind, url=url, api_key=api_key, models=models, tags=tags
+        name=data.name,
+        kind=kind,
+        url=url,
+        api_key=api_key,
+        models=models,
+        tags=tags,
+        max_concurrency=slots,
     )
 
 

@@ -5,7 +5,8 @@ API::
 
     {"backends": [
         {"name": "vllm-a", "url": "http://10.0.0.11:8000", "models": ["llama-3.1-8b"],
-         "tags": ["general"], "api_key": "...", "overwrite": false}
+         "tags": ["general"], "api_key": "...", "max_concurrency": 64,
+         "overwrite": false}
     ]}
 
 Every entry is registered as ``type: "vllm"`` (``"type"`` may be given, but only as

@@ -37,6 +37,7 @@ def backend_spec(row: BackendConfig, vault: Vault) -> BackendSpec:
         api_key=api_key,
         models=tuple(row.models),
         tags=frozenset(row.tags or ()),
+        max_concurrency=row.max_concurrency,
     )
 
 
@@ -52,6 +53,7 @@ def stored_as(row: BackendConfig, registration: ValidRegistration, vault: Vault)
         and current.api_key == registration.api_key
         and current.models == registration.models
         and tuple(row.tags or ()) == registration.tags
+        and current.max_concurrency == registration.max_concurrency
     )
 
 
@@ -67,6 +69,7 @@ def _fill(row: BackendConfig, registration: ValidRegistration, vault: Vault) -> 
     row.url = registration.url
     row.models = list(registration.models)
     row.tags = list(registration.tags)
+    row.max_concurrency = registration.max_concurrency
     row.api_key_encrypted = (
         None
         if registration.api_key is None

@@ -29,6 +29,7 @@ from app.domain.dashboard.common import (
     fragment,
     items,
     notify,
+    optional_int,
     text,
     validation_field,
 )
@@ -79,6 +80,7 @@ def _values(form: Any) -> dict[str, Any]:
         "url": text(form, "url"),
         "models": items(form, "models"),
         "tags": items(form, "tags"),
+        "max_concurrency": optional_int(form, "max_concurrency"),
     }
 
 
@@ -291,6 +293,7 @@ def _edit_context(
         "url": row.url,
         "models": list(row.models),
         "tags": list(row.tags or ()),
+        "max_concurrency": row.max_concurrency,
     }
     return _form_context(
         row.kind, shown, errors, mode="edit", has_key=row.api_key_encrypted is not None

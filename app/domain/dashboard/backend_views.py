@@ -17,8 +17,9 @@ from app.domain.backends.controllers import backend_out
 from app.domain.backends.schemas import BackendOut, HealthOut
 from app.domain.backends.services import BackendConfigService
 from app.lib.events.base import Event
+from app.routing.load import seed_score
 from app.routing.registry import BackendRegistry
-from app.routing.vllm_metrics import VllmLoad, VllmMetricsCache, score
+from app.routing.vllm_metrics import VllmLoad, VllmMetricsCache
 
 HEALTH_STATUSES = frozenset({"healthy", "unhealthy", "unknown"})
 
@@ -115,12 +116,15 @@ async def backend_view(
     if state is None or source is None:
         return BackendView(out=out, measured=row.kind == "vllm")
     load = await metrics.load(state.name, source)
+    estimate = state.load.estimate() if load is not None else None
     return BackendView(
         out=out,
         measured=True,
         load=load,
         load_error="" if load is not None else metrics.last_error(state.name) or "no reading yet",
-        score=score(load, state.in_flight),
+        # The seed's score on current inputs: the reading corrected by what the
+        # cluster sent and saw end since (what routing sees, whatever score it uses).
+        score=seed_score(estimate) if estimate is not None else seed_score(None),
     )
 
 

@@ -46,7 +46,13 @@ FIELDS = {
     "fallbackProfileId": "fallback_profile_id",
     "slowThresholdMs": "slow_threshold_ms",
     "failoverChain": "failover_chain",
+    "routingScore": "routing_score",
 }
+SCORE_CHOICES = (
+    ("", "Platform default (ARONA_ROUTING_SCORE)"),
+    ("capacity", "Capacity: a free batch slot first, then the shortest wait"),
+    ("seed", "Seed: running + 10 * waiting"),
+)
 
 
 def _values(form: Any) -> dict[str, Any]:
@@ -69,6 +75,7 @@ def _body(form: Any) -> dict[str, Any]:
         "fallbackProfileId": text(form, "fallback_profile_id") or None,
         "slowThresholdMs": optional_int(form, "slow_threshold_ms"),
         "failoverChain": items(form, "failover_chain"),
+        "routingScore": text(form, "routing_score") or None,
     }
     for wire, field in (
         ("contextWindowTokens", "context_window_tokens"),
@@ -105,6 +112,7 @@ def _row_values(row: ModelProfile) -> dict[str, Any]:
         "fallback_profile_id": row.fallback_profile_id or "",
         "slow_threshold_ms": "" if row.slow_threshold_ms is None else str(row.slow_threshold_ms),
         "failover_chain": ", ".join(row.failover_chain or ()),
+        "routing_score": row.routing_score or "",
     }
 
 
@@ -131,6 +139,7 @@ def _form(
         values=values if values is not None else _blank(),
         errors=errors or {},
         choices=[p.id for p in profiles],
+        score_choices=SCORE_CHOICES,
     )
 
 
@@ -176,6 +185,7 @@ class ProfilePages(Controller):
             values=_blank(),
             errors={},
             choices=[p.id for p in rows],
+            score_choices=SCORE_CHOICES,
         )
 
     @get("/profile-rows")

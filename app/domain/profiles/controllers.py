@@ -32,7 +32,7 @@ from app.domain.profiles.schemas import (
     ProjectModelsIn,
     ProjectModelsOut,
 )
-from app.domain.profiles.services import ModelProfileService, ProjectModelsService
+from app.domain.profiles.services import ModelProfileService, ProjectModelsService, score_kind
 from app.domain.profiles.sync import ProfileSync
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
@@ -54,6 +54,7 @@ def profile_out(row: ModelProfile) -> ProfileOut:
         fallback_profile_id=row.fallback_profile_id,
         slow_threshold_ms=row.slow_threshold_ms,
         failover_chain=list(row.failover_chain or ()),
+        routing_score=score_kind(row.routing_score),
         created_at=row.created_at,
         updated_at=row.updated_at,
     )

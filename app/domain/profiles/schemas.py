@@ -11,6 +11,7 @@ from uuid import UUID
 import msgspec
 
 from app.lib.errors import BadRequestError
+from app.routing.types import ScoreKind
 
 # Public, url-safe ids (``llm``, ``llm-smart``): they appear in paths and request bodies.
 PROFILE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -58,6 +59,8 @@ class ProfileCreate(Strict):
     fallback_profile_id: ProfileId | None = None
     slow_threshold_ms: SlowThresholdMs | None = None
     failover_chain: Chain = []
+    routing_score: ScoreKind | None = None
+    """``capacity`` or ``seed``; None: the platform default (``ARONA_ROUTING_SCORE``)."""
 
 
 class ProfileUpdate(Strict):
@@ -74,6 +77,7 @@ class ProfileUpdate(Strict):
     fallback_profile_id: ProfileId | msgspec.UnsetType | None = msgspec.UNSET
     slow_threshold_ms: SlowThresholdMs | msgspec.UnsetType | None = msgspec.UNSET
     failover_chain: Chain | msgspec.UnsetType = msgspec.UNSET
+    routing_score: ScoreKind | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class ProfileOut(Camel):
@@ -89,6 +93,7 @@ class ProfileOut(Camel):
     fallback_profile_id: str | None
     slow_threshold_ms: int | None
     failover_chain: list[str]
+    routing_score: ScoreKind | None
     created_at: datetime.datetime
     updated_at: datetime.datetime
 

@@ -44,6 +44,7 @@ from app.domain.profiles.schemas import (
 )
 from app.lib.errors import BadRequestError, ConflictError, NotFoundError
 from app.routing.profiles import Profile
+from app.routing.types import SCORE_KINDS, ScoreKind
 
 _RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
 
@@ -63,7 +64,17 @@ def to_profile(row: ModelProfile) -> Profile:
         fallback_profile_id=row.fallback_profile_id,
         slow_threshold_ms=row.slow_threshold_ms,
         failover_chain=tuple(row.failover_chain or ()),
+        routing_score=score_kind(row.routing_score),
     )
+
+
+def score_kind(value: str | None) -> ScoreKind | None:
+    """A stored routing score; anything the API would not have written reads as None
+    (the platform default)."""
+    for kind in SCORE_KINDS:
+        if value == kind:
+            return kind
+    return None
 
 
 def profile_not_found(profile_id: str) -> NotFoundError:
@@ -118,6 +129,7 @@ class ModelProfileService(SQLAlchemyAsyncRepositoryService[ModelProfile]):
             fallback_profile_id=data.fallback_profile_id,
             slow_threshold_ms=data.slow_threshold_ms,
             failover_chain=chain,
+            routing_score=data.routing_score,
         )
         session = self.repository.session
         session.add(row)
@@ -161,6 +173,8 @@ class ModelProfileService(SQLAlchemyAsyncRepositoryService[ModelProfile]):
             row.slow_threshold_ms = data.slow_threshold_ms
         if chain is not msgspec.UNSET:
             row.failover_chain = chain
+        if data.routing_score is not msgspec.UNSET:
+            row.routing_score = data.routing_score
         await self.repository.session.commit()
         return row
 

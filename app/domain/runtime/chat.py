@@ -15,8 +15,10 @@ The order of a call:
    failover.
 6. Relay; when the stream completes, store the assistant turn and end with a usage
    chunk and ``[DONE]``. When it drops (upstream cut or runtime gone) and the
-   profile has a fallback, pin the conversation to it.
-7. Meter every call and feed time-to-first-token into the latency tracker.
+   profile has a fallback, pin the conversation to it (a priority conversation's
+   drop is logged, never pinned, and an existing pin does not move it).
+7. Meter every call (the routing service feeds time-to-first-token to latency
+   failover).
 """
 
 from __future__ import annotations
@@ -103,7 +105,12 @@ class RuntimeChatService:
             profile = custom_profile(requested, admission)
         else:
             profile = await self._catalog.resolve(project_id, requested)
-            pinned = await self._pinned_target(project_id, history, profile)
+            # A priority conversation stays where its owner put it: no pin moves it.
+            pinned = (
+                None
+                if history.priority
+                else await self._pinned_target(project_id, history, profile)
+            )
             if pinned is not None:
                 failover = Failover("pin", profile.id)
                 profile = pinned
@@ -178,6 +185,7 @@ class RuntimeChatService:
             affinity_scope=str(prepared.project_id),
             tags=prepared.profile.tags,
             api_key=prepared.admission.api_key,
+            score=prepared.profile.routing_score,
         )
 
     def _headers(self, prepared: PreparedChat, backend: str) -> list[tuple[bytes, bytes]]:
@@ -231,7 +239,7 @@ class RuntimeChatService:
         return ChatReply(headers=self._headers(prepared, result.backend), body=result.content)
 
     async def _open_stream(self, prepared: PreparedChat) -> ChatReply:
-        outcome = Outcome(upstream_started=self._routing.clock())
+        outcome = Outcome()
         try:
             relay = await self._routing.open_chat_stream(
                 prepared.profile.base_model,
@@ -284,14 +292,10 @@ class RuntimeChatService:
             finally:
                 outcome.backend, outcome.served_model = relay.backend or None, relay.served_model
                 outcome.usage = transcript.upstream_usage or relay.usage
+                # Latency failover hears of the first token from the routing service
+                # (every surface's calls count), not from here.
                 if relay.first_byte_at is not None:
                     outcome.ttft_ms = int((relay.first_byte_at - prepared.started) * 1000)
-                    # The profile is judged on its upstreams alone (retries included),
-                    # not on the database work that came before.
-                    self._failover.record(
-                        prepared.profile.id,
-                        (relay.first_byte_at - outcome.upstream_started) * 1000,
-                    )
                 await self._meter(prepared, outcome)
 
         try:
@@ -328,10 +332,21 @@ class RuntimeChatService:
             await settle()
 
     async def _after_drop(self, prepared: PreparedChat, relay: RelayedStream, reason: str) -> str:
-        """Pin the conversation to the profile's fallback after a dropped stream."""
+        """Pin the conversation to the profile's fallback after a dropped stream; a
+        priority conversation's drop is only recorded (it is never redirected)."""
         fallback = prepared.profile.fallback_profile_id
         if not fallback or self._profiles.get(fallback) is None:
             return ""
+        if prepared.history.priority:
+            logger.warning(
+                "priority conversation's stream dropped: not pinned to its fallback",
+                conversation=str(prepared.conversation_id),
+                profile=prepared.profile.id,
+                fallback=fallback,
+                backend=relay.backend or None,
+                reason=reason,
+            )
+            return "priority conversation: not pinned"
         try:
             await self._conversations.pin_fallback(
                 prepared.conversation_id,

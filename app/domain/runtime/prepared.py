@@ -62,7 +62,6 @@ class Outcome:
     served_model: str | None = None
     usage: Usage = field(default_factory=Usage)
     ttft_ms: int | None = None
-    upstream_started: float = 0.0
 
 
 def custom_profile(llm_id: str, admission: Admission) -> Profile:

@@ -1,0 +1,114 @@
+"""Replicas tell each other what they sent each backend, so every estimate counts all.
+
+Each replica counts the requests it sends to every backend and the ones that end
+(``BackendLoad``). Whenever those change, it publishes its totals on ``routing.load``
+a few milliseconds later (coalesced: one event per ``flush_seconds`` at most, none
+while idle); every other replica keeps the latest totals per origin and adds them to
+its own. With one more replica sending, a reading is still corrected by all the
+requests sent and ended since it was taken, not by a third of them.
+
+Totals are absolute, so a lost event is made good by the next one. A replica that
+stops leaves its last totals behind; they no longer change, so they add nothing to
+what has happened since any reading.
+
+Event shape::
+
+    {"origin": "<replica>", "loads": [["<backend>", "<upstream>", sent, ended], ...]}
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Any
+
+import structlog
+
+from app.lib.events.base import EventBus
+from app.routing.load import Counts
+from app.routing.registry import BackendRegistry, BackendState
+
+LOAD_CHANNEL = "routing.load"
+DEFAULT_FLUSH_SECONDS = 0.01
+
+logger = structlog.get_logger()
+
+
+class LoadShare:
+    def __init__(
+        self,
+        registry: BackendRegistry,
+        events: EventBus,
+        *,
+        instance: str,
+        flush_seconds: float = DEFAULT_FLUSH_SECONDS,
+    ) -> None:
+        self._registry = registry
+        self._events = events
+        self.instance = instance
+        self.flush_seconds = flush_seconds
+        self._dirty: dict[str, BackendState] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def watch(self) -> None:
+        """Track every backend as it is added or replaced."""
+        self._registry.on_added(self.track)
+
+    def track(self, state: BackendState) -> None:
+        state.load.listener = partial(self._changed, state)
+
+    def _changed(self, state: BackendState) -> None:
+        self._dirty[state.name] = state
+        if self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # counted outside the app's loop (a test): nothing to send it on
+            self._timer = loop.call_later(self.flush_seconds, self._flush)
+
+    def _flush(self) -> None:
+        self._timer = None
+        dirty, self._dirty = self._dirty, {}
+        loads = [
+            [state.name, state.upstream, state.load.sent, state.load.ended]
+            for state in dirty.values()
+        ]
+        task = asyncio.get_running_loop().create_task(self._publish(loads))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _publish(self, loads: list[list[Any]]) -> None:
+        try:
+            await self._events.publish(LOAD_CHANNEL, {"origin": self.instance, "loads": loads})
+        except Exception as exc:  # counts are hints: the next change sends them again
+            logger.warning("could not share backend load", error=repr(exc))
+
+    async def follow(self) -> None:
+        """Apply the totals other replicas publish (run supervised)."""
+        async with self._events.subscribe(LOAD_CHANNEL) as events:
+            async for event in events:
+                origin = event.get("origin")
+                if isinstance(origin, str) and origin != self.instance:
+                    self._apply(origin, event.get("loads"))
+
+    def _apply(self, origin: str, loads: Any) -> None:
+        if not isinstance(loads, list):
+            logger.warning("malformed backend load", loads=loads)
+            return
+        for item in loads:
+            try:
+                name, upstream, sent, ended = str(item[0]), str(item[1]), int(item[2]), int(item[3])
+            except (TypeError, ValueError, IndexError):
+                continue
+            state = self._registry.get(name)
+            if state is not None and state.upstream == upstream:
+                state.load.remote(origin, Counts(sent, ended))
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for task in list(self._sending):
+            task.cancel()
+        await asyncio.gather(*self._sending, return_exceptions=True)
