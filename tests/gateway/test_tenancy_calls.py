@@ -311,3 +311,41 @@ async def test_a_conversation_naming_an_unknown_custom_llm_fails_at_chat_time(
     result = await rt.chat(conversation)
     assert result.status == 404
     assert result.body["error"]["code"] == "model_not_found"
+
+
+async def test_a_refused_runtime_chat_is_metered_like_a_refused_v1_call(rt: RuntimeEnv) -> None:
+    env = rt.gw
+    await rt.pool("rt-refused-model", [[]])
+    profile = await rt.profile("rt-refused-model")
+    conversation = await rt.conversation(modelProfileId=profile)
+    await set_quota(env, perMinute=0)
+    try:
+        refused = await rt.chat(conversation)
+        with pytest.raises(openai.RateLimitError):
+            await env.sdk().chat.completions.create(
+                model="rt-refused-model", messages=[{"role": "user", "content": "hi"}]
+            )
+    finally:
+        await set_quota(env)
+    assert refused.status == 429
+    recorded = await rows(env)
+    [runtime_row] = [r for r in recorded if r.conversation_id == conversation]
+    [v1_row] = [
+        r for r in recorded if r.endpoint == "chat" and r.model_requested == "rt-refused-model"
+    ]
+    for row in (runtime_row, v1_row):
+        assert (row.status, row.error_code) == (429, "rate_limit_exceeded")
+        assert str(row.project_id) == env.project_id
+        assert (row.total_tokens, row.backend) == (0, None)
+    assert runtime_row.endpoint == "runtime_chat"
+    assert runtime_row.model_profile_id == profile
+    assert runtime_row.model_requested == profile
+
+    # An unknown custom LLM is refused (404) and metered as such too.
+    unknown = f"custom:{uuid.uuid4().hex[:8]}"
+    missing = await rt.conversation(modelProfileId=unknown)
+    assert (await rt.chat(missing)).status == 404
+    [missing_row] = [r for r in await rows(env) if r.conversation_id == missing]
+    assert (missing_row.status, missing_row.error_code) == (404, "model_not_found")
+    assert missing_row.model_requested == unknown
+    assert missing_row.is_custom

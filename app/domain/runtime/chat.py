@@ -24,11 +24,12 @@ The order of a call:
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from uuid import UUID
 
 import structlog
 
-from app.domain.conversations.messages import validate_messages
+from app.domain.conversations.messages import NewMessage, validate_messages
 from app.domain.conversations.selection import choose_profile
 from app.domain.custom_llms.directory import parse_llm_id
 from app.domain.gateway.admission import CallAdmission
@@ -60,6 +61,15 @@ PIN_UPSTREAM_DROPPED = "upstream_dropped"
 PIN_CLIENT_DISCONNECTED = "client_disconnected"
 
 
+@dataclass(slots=True)
+class _Refused:
+    """What is known of a call when it is refused, for its usage row."""
+
+    requested: str
+    profile_id: str | None = None
+    is_custom: bool = False
+
+
 class RuntimeChatService:
     def __init__(
         self,
@@ -84,9 +94,26 @@ class RuntimeChatService:
 
     async def prepare(self, project_id: UUID, request: RuntimeChatRequest) -> PreparedChat:
         started = self._routing.clock()
-        # Cheap checks first: a malformed turn or a conflicting profile choice is a
-        # 400 before anything touches the database.
+        # Cheap checks first: a malformed turn is a 400 before anything touches the
+        # database (not a call yet, so not metered, as on /v1).
         turns = validate_messages(request.messages)
+        refused = _Refused(request.model_profile_id or request.llm_id or "")
+        try:
+            return await self._prepare(project_id, request, turns, started, refused)
+        except AronaError as exc:
+            # A refused call is metered too (a 429 counts against nobody's quota but
+            # shows in the project's usage, as on /v1).
+            await self._meter_refusal(project_id, request, refused, exc, started)
+            raise
+
+    async def _prepare(
+        self,
+        project_id: UUID,
+        request: RuntimeChatRequest,
+        turns: list[NewMessage],
+        started: float,
+        refused: _Refused,
+    ) -> PreparedChat:
         choice = choose_profile(
             self._profiles,
             request.model_profile_id,
@@ -96,15 +123,18 @@ class RuntimeChatService:
         )
         history = await self._conversations.load(project_id, request.conversation_id)
         requested = choice.profile_id or history.model_profile_id
+        refused.requested = requested or refused.requested
         new_turns = [m.to_openai() for m in request.messages]
         conversation = str(history.conversation_id)
         failover: Failover | None = None
         if requested is not None and parse_llm_id(requested) is not None:
             # The project's own endpoint: no profile policies, no shared pool.
+            refused.is_custom = True
             admission = await self._admission.admit(project_id, conversation, requested)
             profile = custom_profile(requested, admission)
         else:
             profile = await self._catalog.resolve(project_id, requested)
+            refused.requested = refused.requested or profile.id
             # A priority conversation stays where its owner put it: no pin moves it.
             pinned = (
                 None
@@ -122,6 +152,7 @@ class RuntimeChatService:
             if decision.redirected_from is not None and failover is None:
                 failover = Failover("latency", decision.redirected_from)
             profile = decision.profile
+            refused.profile_id = profile.id
             check_capabilities(profile, request, new_turns)
             # Last: a refused request must not spend quota.
             admission = await self._admission.admit(
@@ -367,6 +398,33 @@ class RuntimeChatService:
             reason=reason,
         )
         return f"conversation pinned to profile {fallback}"
+
+    async def _meter_refusal(
+        self,
+        project_id: UUID,
+        request: RuntimeChatRequest,
+        refused: _Refused,
+        error: AronaError,
+        started: float,
+    ) -> None:
+        try:
+            await self._usage.record(
+                UsageEntry(
+                    project_id=project_id,
+                    model_requested=refused.requested,
+                    endpoint=ENDPOINT,
+                    streamed=request.stream,
+                    status=error.status_code,
+                    error_code=error.code,
+                    latency_ms=int((self._routing.clock() - started) * 1000),
+                    conversation_id=str(request.conversation_id),
+                    model_profile_id=refused.profile_id,
+                    is_custom=refused.is_custom,
+                    created_at=utcnow(),
+                )
+            )
+        except Exception as exc:  # metering must never fail the request it meters
+            logger.error("could not record usage", error=repr(exc))
 
     async def _meter(self, prepared: PreparedChat, outcome: Outcome) -> None:
         try:
