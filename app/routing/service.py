@@ -227,7 +227,11 @@ class RoutingService:
         """
         resolved = model if target is not None else self.router.resolve(model)
         excluded = set(hints.exclude)
-        last_error: UpstreamError | None = None
+        # The last failure waits in a list, not a local: it is raised with ``pop()``,
+        # so this frame (which its traceback holds) does not hold it back, and a failed
+        # call leaves no reference cycle for the collector (whose pauses stall every
+        # stream in flight).
+        failures: list[UpstreamError] = []
         allowed = self.max_retries + 1 if max_attempts is None else max_attempts
         for attempt in range(1, allowed + 1):
             try:
@@ -238,8 +242,8 @@ class RoutingService:
                         resolved, capability, replace(hints, exclude=frozenset(excluded))
                     )
             except NoHealthyBackendError:
-                if last_error is not None:
-                    raise last_error from None  # what the failed attempts said, not "none left"
+                if failures:
+                    raise failures.pop() from None  # what the attempts said, not "none left"
                 raise
             state = selection.state
             state.load.dispatched()
@@ -250,7 +254,7 @@ class RoutingService:
                 _settle(self.router, state, exc)
                 if not exc.retryable or (target is not None and exc.upstream_status is not None):
                     raise
-                last_error = exc
+                failures[:] = [exc]
                 excluded.add(state.name)
                 continue
             except BaseException as exc:
@@ -261,9 +265,9 @@ class RoutingService:
                 state.load.finished()
                 _settle(self.router, state, None)
             return result, attempt
-        if last_error is None:
+        if not failures:
             raise NoHealthyBackendError(resolved, "retry budget spent")
-        raise last_error
+        raise failures.pop()
 
 
 def _direct(target: BackendState, model: str) -> Selection:
@@ -309,7 +313,8 @@ class RelayedStream:
         self.served_model: str = ""
         self.usage: Usage = Usage()
         self.first_byte_at: float | None = None
-        self.error: UpstreamError | None = None
+        self.failed = False
+        """The relay ended in an upstream failure (the error itself was raised)."""
         self._completion_chars = 0
         self._opened_at = service.clock()
 
@@ -319,24 +324,27 @@ class RelayedStream:
 
     async def open(self) -> None:
         """Connect and wait for the first chunk, on another candidate after a failure."""
+        cuts: list[StreamInterruptedError] = []  # popped when raised: no cycle (``_with_retries``)
         while True:
             try:
                 await self._connect()
             except NoHealthyBackendError:
-                if self.error is None:
+                if not cuts:
                     raise
-                raise self.error from None  # nobody left: report what went wrong
-            except UpstreamError as exc:
-                self.error = exc
+                self.failed = True
+                raise cuts.pop() from None  # nobody left: report what went wrong
+            except UpstreamError:
+                self.failed = True
                 raise
             try:
                 await self._read_first()
                 return
             except StreamInterruptedError as exc:
                 await self._give_up_on_current(exc)
-                self.error = exc
                 if not self._can_retry():
+                    self.failed = True
                     raise
+                cuts[:] = [exc]
                 self._excluded.add(self.backend)
 
     async def _connect(self) -> None:
@@ -410,7 +418,7 @@ class RelayedStream:
         except StreamInterruptedError as exc:
             self._completion_chars += upstream.completion_text_chars
             await self._finish(exc)
-            self.error = exc
+            self.failed = True
             self._settle_usage(produced=True)
             raise
         self._completion_chars += upstream.completion_text_chars

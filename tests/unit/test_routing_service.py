@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+
 import msgspec
 import pytest
 
@@ -161,7 +164,7 @@ async def test_stream_failing_after_first_byte_is_not_retried(rig: RoutingRig) -
         await consume()
     await relay.aclose()
     assert len(got) == 1
-    assert relay.error is not None
+    assert relay.failed
     assert relay.usage.estimated
     assert relay.usage.completion_tokens >= 1
     assert sum(len(rig.backend(n).calls) for n in ("a", "b")) == 1
@@ -267,3 +270,32 @@ async def test_stream_drops_before_the_first_byte_are_retried_at_most_twice(
     tried = [n for n in ("a", "b", "c", "d") if rig.backend(n).calls]
     assert len(tried) == 3
     assert all(len(rig.backend(n).calls) == 1 for n in tried)
+
+
+async def test_failed_calls_leave_no_reference_cycles(rig: RoutingRig) -> None:
+    # A cycle per failed call (an exception kept in a local of a frame its own
+    # traceback holds) hands dozens of objects to the cyclic collector each time, and
+    # its pauses stall every stream in flight: failures must be freed by refcount.
+    states = [rig.add(name) for name in ("a", "b")]
+    for name in ("a", "b"):
+        rig.script(name).default = "fail500"
+
+    async def fail_twice() -> None:
+        for state in states:
+            state.breaker.record_success()
+        with contextlib.suppress(UpstreamError):
+            await rig.service.chat("m", body(), RouteHints())
+        for state in states:
+            state.breaker.record_success()
+        with contextlib.suppress(UpstreamError):
+            await drain(rig)
+
+    await fail_twice()  # first calls create what lives on (caches, connections)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(10):
+            await fail_twice()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
