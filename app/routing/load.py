@@ -16,7 +16,9 @@ the last reading is corrected with what happened since, counted by the gateway i
   a slot is free and waits after that, an end frees a slot for the oldest waiting
   request. The capacity is the backend's ``max_concurrency`` when the operator set
   it; otherwise it is learned: once a reading shows requests waiting, the most ever
-  seen running.
+  seen running. Until then the capacity-aware score assumes what was seen running
+  fits (at least ``UNKNOWN_CAPACITY_SCALE``), so a big engine is ranked by what it
+  has shown and a small one is caught by its first queue.
 
 Traffic that does not pass through the gateway is seen at the next scrape; busy
 backends are scraped every few hundred milliseconds (``MetricsRefresh``).
@@ -45,7 +47,7 @@ UNAVAILABLE_PENALTY = 1_000_000.0
 RATE_HALF_LIFE_SECONDS = 10.0
 """How quickly the finish rate follows a change (an EWMA over scrape intervals)."""
 UNKNOWN_CAPACITY_SCALE = 8.0
-"""Running requests at which a backend of unknown capacity scores as half full."""
+"""The batch a backend of unknown capacity is assumed to hold at least."""
 FULL_KV = 0.95
 """KV-cache use at which a backend counts as having no room, free slot or not."""
 
@@ -83,6 +85,8 @@ class Estimate:
     """Requests finished per second (None: not measured yet)."""
     added: int
     """Requests sent since the reading, still running or waiting (included above)."""
+    peak_running: float = 0.0
+    """The most requests the backend was ever seen running (a floor of its capacity)."""
 
     @property
     def free_slots(self) -> float:
@@ -106,17 +110,19 @@ def capacity_score(estimate: Estimate | None) -> float:
     kv = estimate.kv_usage
     capacity = estimate.capacity
     if capacity is None:
-        # Until a queue has shown what fits, fewer running requests is more room: the
-        # KV-cache share alone would pick a batch full of short requests.
-        return estimate.running / (estimate.running + UNKNOWN_CAPACITY_SCALE)
-    if estimate.free_slots >= 1 and (kv is None or kv < FULL_KV):
+        # Until a queue has shown what fits, assume what was seen running fits (and at
+        # least a small batch): a backend is not ranked full before it was seen so
+        # full, and a big one that ran many at once is ranked by that. The KV-cache
+        # share alone would pick a batch full of short requests.
+        capacity = max(estimate.peak_running, UNKNOWN_CAPACITY_SCALE)
+    if estimate.running < capacity and (kv is None or kv < FULL_KV):
         used = estimate.running / capacity
         return used if kv is None else max(used, kv)
-    ahead = estimate.waiting + 1
+    ahead = estimate.waiting + max(0.0, estimate.running - capacity) + 1
     rate = estimate.finish_rate
     if not rate:
         # No finish rate yet: a bigger batch turns its queue over faster.
-        return 1.0 + WAITING_WEIGHT * ahead / max(1.0, estimate.capacity or 1.0)
+        return 1.0 + WAITING_WEIGHT * ahead / max(1.0, capacity)
     return 1.0 + ahead / rate
 
 
@@ -134,6 +140,8 @@ class BackendLoad:
     read_at: float | None = None
     """When the reading was taken (its scrape's start)."""
     learned_capacity: float | None = None
+    peak_running: float = 0.0
+    """The most requests any reading showed running: what fits at least."""
     finish_rate: float | None = None
     sent: int = 0
     """Requests this replica sent to the backend."""
@@ -185,6 +193,7 @@ class BackendLoad:
         if self.read_at is not None and taken_at < self.read_at:
             return  # an older scrape that answered late
         self._learn_capacity(reading)
+        self.peak_running = max(self.peak_running, reading.running)
         self._learn_rate(reading, taken_at)
         self.reading = reading
         self.read_at = taken_at
@@ -215,7 +224,7 @@ class BackendLoad:
         kv = reading.kv_usage
         if kv is not None:
             kv = _scaled_kv(kv, reading.running, running, capacity)
-        return Estimate(running, waiting, capacity, kv, self.finish_rate, sent)
+        return Estimate(running, waiting, capacity, kv, self.finish_rate, sent, self.peak_running)
 
     def _learn_capacity(self, reading: Reading) -> None:
         # Requests queue behind a full batch: what runs is what fits. A reading can

@@ -99,6 +99,22 @@ def test_scores_prefer_a_free_slot_then_the_shortest_wait() -> None:
     assert capacity_score(None) == seed_score(None) == UNAVAILABLE_PENALTY
 
 
+def test_a_backend_of_unknown_capacity_is_not_ranked_full_before_seen_that_full() -> None:
+    big, small = BackendLoad(), BackendLoad()
+    read(big, running=20)  # never queued, but it ran 20 at once: at least 20 fit
+    read(small, running=6)
+    assert (big.capacity, small.capacity) == (None, None)
+    # 20 of at least 20 is as full as it was ever seen; 6 of at least 8 is not.
+    assert capacity_score(small.estimate()) < 1 <= capacity_score(big.estimate())
+    read(big, running=12)
+    assert capacity_score(big.estimate()) == pytest.approx(12 / 20)
+    # Once a queue shows what fits, that is the capacity (and the seed score is
+    # untouched by the guess: requests run until a queue was seen).
+    read(small, running=6, waiting=3)
+    assert small.capacity == 6
+    assert seed_score(big.estimate()) == 12
+
+
 @pytest.mark.parametrize("kind", ["seed", "capacity"])
 async def test_a_burst_between_scrapes_spreads_by_headroom(kind: ScoreKind) -> None:
     """Sixteen requests, no scrape in between (the clock stands still): with
