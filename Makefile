@@ -75,6 +75,10 @@ screenshots: install browser ## Screenshots for docs/console.md (run `make demo`
 bench: install ## Side-by-side benchmark: direct vs Arona vs LiteLLM (~8 min; BENCH_ARGS=--quick)
 	$(RUN) python -m bench $(BENCH_ARGS)
 
+.PHONY: bench-routing
+bench-routing: install ## Routing quality: simulated engines, baselines, oracles and live Arona (~40 min; BENCH_ARGS=--quick)
+	$(RUN) python -m bench.routing $(BENCH_ARGS)
+
 .PHONY: bench-login
 bench-login: install ## Failed-login timing: wrong password vs unknown email (~30 s)
 	$(RUN) python -m bench.login_timing

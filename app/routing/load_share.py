@@ -1,11 +1,12 @@
 """Replicas tell each other what they sent each backend, so every estimate counts all.
 
 Each replica counts the requests it sends to every backend and the ones that end
-(``BackendLoad``). Whenever those change, it publishes its totals on ``routing.load``
-a few milliseconds later (coalesced: one event per ``flush_seconds`` at most, none
-while idle); every other replica keeps the latest totals per origin and adds them to
-its own. With one more replica sending, a reading is still corrected by all the
-requests sent and ended since it was taken, not by a third of them.
+(``BackendLoad``). Whenever those change, it publishes its totals on ``routing.load``:
+at once after a quiet spell, then at most one event per ``flush_seconds`` while
+changes keep coming (none while idle); every other replica keeps the latest totals
+per origin and adds them to its own. With one more replica sending, a reading is still
+corrected by all the requests sent and ended since it was taken, not by a third of
+them.
 
 Totals are absolute, so a lost event is made good by the next one. A replica that
 stops leaves its last totals behind; they no longer change, so they add nothing to
@@ -50,6 +51,7 @@ class LoadShare:
         self._dirty: dict[str, BackendState] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[None]] = set()
+        self._last_flush = float("-inf")
 
     def watch(self) -> None:
         """Track every backend as it is added or replaced."""
@@ -65,10 +67,15 @@ class LoadShare:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return  # counted outside the app's loop (a test): nothing to send it on
-            self._timer = loop.call_later(self.flush_seconds, self._flush)
+            # Leading edge: a change after a quiet spell goes out at once (another
+            # replica's next pick must see it), later ones wait for the interval's end,
+            # so a burst costs one event per ``flush_seconds``.
+            wait = self._last_flush + self.flush_seconds - loop.time()
+            self._timer = loop.call_later(max(0.0, wait), self._flush)
 
     def _flush(self) -> None:
         self._timer = None
+        self._last_flush = asyncio.get_running_loop().time()
         dirty, self._dirty = self._dirty, {}
         loads = [
             [state.name, state.upstream, state.load.sent, state.load.ended]

@@ -185,3 +185,32 @@ async def test_replicas_share_what_they_send() -> None:
         await asyncio.gather(follower, return_exceptions=True)
         for share in shares:
             await share.close()
+
+
+async def test_a_change_after_a_quiet_spell_is_shared_at_once_a_burst_once_per_interval() -> None:
+    bus = MemoryEventBus()
+    rig = RoutingRig(events=bus)
+    state = rig.add("x")
+    share = LoadShare(rig.registry, bus, instance="replica-0", flush_seconds=60)
+    share.track(state)
+    seen: list[list[list[object]]] = []
+
+    async def listen() -> None:
+        async with bus.subscribe("routing.load") as events:
+            async for event in events:
+                seen.append(event["loads"])
+
+    listener = asyncio.create_task(listen())
+    try:
+        await asyncio.sleep(0.01)  # subscribed
+        state.load.dispatched()
+        await until(lambda: len(seen) == 1)  # at once, not a minute later
+        state.load.dispatched()
+        state.load.finished()
+        await asyncio.sleep(0.05)
+        assert len(seen) == 1  # the rest of the burst waits for the interval's end
+        assert seen[0][0][2:4] == [1, 0]
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        await share.close()
