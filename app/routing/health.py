@@ -66,16 +66,23 @@ class HealthChecker:
         """Probe every backend as soon as it is added or replaced."""
         self._registry.on_added(self.schedule)
 
-    def schedule(self, state: BackendState) -> None:
-        task = asyncio.get_running_loop().create_task(self.probe(state))
+    def schedule(self, state: BackendState, *, share: bool = False) -> None:
+        """Probe ``state`` in the background (``probe``)."""
+        task = asyncio.get_running_loop().create_task(self.probe(state, share=share))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def probe(self, state: BackendState) -> Health:
+    async def probe(self, state: BackendState, *, share: bool = False) -> Health:
+        """Probe one backend now. ``share``: the other replicas apply the result too, as
+        they do a round's (a probe an admin asked for must not leave them on stale
+        health until the next round); a backend's first probe after it was added or
+        replaced is not shared, since every replica makes its own."""
         result = await state.adapter.probe()
         change = self._apply(state, result)
         if change is not None:
             await self._announce(state, *change)
+            if share:
+                await self._share([_shared(state, result)])
             return change[1]
         # Replaced or removed while probing: the result is stale.
         return Health(_status(result), result.reason, self._wall_clock())
@@ -107,17 +114,14 @@ class HealthChecker:
             if change is None:
                 continue
             await self._announce(state, *change)
-            shared.append(
-                {
-                    "backend": state.name,
-                    "upstream": state.upstream,
-                    "healthy": result.healthy,
-                    "reason": result.reason,
-                    "models": list(result.models),
-                }
-            )
+            shared.append(_shared(state, result))
+        await self._share(shared)
+
+    async def _share(self, results: list[dict[str, Any]]) -> None:
         try:
-            await self._events.publish(PROBES_CHANNEL, {"origin": self.instance, "results": shared})
+            await self._events.publish(
+                PROBES_CHANNEL, {"origin": self.instance, "results": results}
+            )
         except Exception as exc:  # the others probe for themselves once rounds go unclaimed
             logger.warning("could not share probe results", error=repr(exc))
 
@@ -201,6 +205,17 @@ class HealthChecker:
             )
         except Exception as exc:  # the bus is a hint channel; probing must go on
             logger.warning("could not publish health change", error=repr(exc))
+
+
+def _shared(state: BackendState, result: ProbeResult) -> dict[str, Any]:
+    """One probe result as the other replicas apply it (``_apply_shared``)."""
+    return {
+        "backend": state.name,
+        "upstream": state.upstream,
+        "healthy": result.healthy,
+        "reason": result.reason,
+        "models": list(result.models),
+    }
 
 
 def _status(result: ProbeResult) -> HealthStatus:

@@ -60,11 +60,25 @@ class Selection:
     """The name the chosen backend advertises the model under (``x`` -> ``x:latest``)."""
 
 
+PROVIDER_KIND_ALIASES: dict[str, str] = {
+    "cloud": "minimax-cloud",
+    "minimax": "minimax-cloud",
+    "cep": "engine",
+}
+"""Kind names a ``provider`` hint may use besides the registration types
+(``external``, ``vllm``, ``ollama``, ``engine``, ``minimax-cloud``): the seed's names
+for the cloud video API kind (``cloud``, also ``minimax``) and for CEP engines
+(``cep``). Keys are case-folded; values are registration types."""
+
+
 def _matches_provider(state: BackendState, provider: str | None) -> bool:
+    """Whether ``state`` passes the hint: its name, its kind or an alias of its kind
+    (``PROVIDER_KIND_ALIASES``), compared case-insensitively. No hint passes all."""
     if not provider:
         return True
     wanted = provider.casefold()
-    return state.name.casefold() == wanted or state.kind.casefold() == wanted
+    kind = state.kind.casefold()
+    return wanted in (state.name.casefold(), kind) or PROVIDER_KIND_ALIASES.get(wanted) == kind
 
 
 class Router:

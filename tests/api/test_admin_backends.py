@@ -8,8 +8,11 @@ was decrypted and sent.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
@@ -19,7 +22,9 @@ from app.fakes.ollama_upstream import FakeOllama
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.settings import Settings
+from app.server.resources import Resources
 from tests.api.auth_support import execute
+from tests.api.live_server import live_server
 from tests.api.routing_support import (
     ADMIN,
     BACKEND_FIELDS,
@@ -208,6 +213,106 @@ async def test_registering_an_existing_name_replaces_it(
         assert all("authorization" not in r.headers for r in other.requests_for("/models"))
     listed = (await admin_client.get("/api/admin/backends?limit=500", headers=ADMIN)).json()
     assert [i["name"] for i in listed["items"]].count(name) == 1
+
+
+# ---------------------------------------------------------------- probing on demand
+
+
+@dataclass
+class Live:
+    http: httpx.AsyncClient
+    resources: Resources
+
+
+@pytest.fixture
+async def live(routing_settings: Settings, make_app: AppFactory) -> AsyncIterator[Live]:
+    """The app on a loopback port, in the test's loop (a probe answered while the call
+    asking for it waits needs both running at once), with periodic rounds that never
+    come: every probe a test sees is one it made."""
+    app = make_app(with_settings(routing_settings, health_interval_seconds=3600.0))
+    async with live_server(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        yield Live(http, app.state.resources)
+
+
+def probes_at(fake: FakeOpenAI) -> int:
+    return len(fake.requests_for("/models"))
+
+
+async def probe_now(client: Client | httpx.AsyncClient, name: str) -> Any:
+    return await client.post(f"/api/admin/backends/{name}/probe", headers=ADMIN)
+
+
+async def test_the_probe_route_makes_a_fixed_backend_healthy_at_once(
+    live: Live, upstream: Upstream
+) -> None:
+    fake, url = upstream
+    name = unique_name("probe")
+    response = await register_backend(
+        live.http, name=name, type="external", url=url, api_key=UPSTREAM_KEY, models=["m"]
+    )
+    assert response.status_code == 201, response.text
+    healthy = await wait_healthy(live.http, name)
+    probes = probes_at(fake)
+
+    fake.control.fail_status = 503  # the upstream breaks: a probe marks it down
+    down = await probe_now(live.http, name)
+    assert down.status_code == 200, down.text
+    assert_no_key(down)
+    body = down.json()
+    assert set(body) == BACKEND_FIELDS
+    assert (body["name"], body["type"], body["url"]) == (name, "external", url)
+    assert body["health"]["status"] == "unhealthy"
+    assert "503" in body["health"]["reason"]
+    assert body["health"]["checked_at"] > healthy["health"]["checked_at"]
+    assert (await backend(live.http, name)).json()["health"]["status"] == "unhealthy"
+
+    fake.control.fail_status = None  # fixed: the next probe, asked for now, says so
+    up = await probe_now(live.http, name)
+    assert up.status_code == 200, up.text
+    assert up.json()["health"]["status"] == "healthy"
+    assert up.json()["advertised_models"] == ["m", "gpt-4o-mini", "text-embedding-3-small"]
+    assert (await backend(live.http, name)).json()["health"]["status"] == "healthy"
+    assert probes_at(fake) == probes + 2  # one upstream probe per call, sent with the key
+    assert all(
+        r.headers.get("authorization") == f"Bearer {UPSTREAM_KEY}"
+        for r in fake.requests_for("/models")
+    )
+
+
+async def test_probing_an_unknown_backend_is_404(live: Live) -> None:
+    assert_error(await probe_now(live.http, unique_name("nobody")), 404, "backend_not_found")
+
+
+async def test_registering_the_same_body_again_probes_at_once(
+    live: Live, upstream: Upstream
+) -> None:
+    fake, url = upstream
+    name = unique_name("again")
+    body: dict[str, Any] = {
+        "name": name,
+        "type": "external",
+        "url": url,
+        "api_key": UPSTREAM_KEY,
+        "models": ["m"],
+        "tags": ["t"],
+    }
+    assert (await register_backend(live.http, **body)).status_code == 201
+    await wait_healthy(live.http, name)
+    registry = live.resources.backend_registry
+    state = registry.get(name)
+    fake.control.fail_status = 503
+    await live.resources.health_checker.probe_all()  # a round marks it down
+    assert (await backend(live.http, name)).json()["health"]["status"] == "unhealthy"
+    fake.control.fail_status = None
+    probes = probes_at(fake)
+
+    again = await register_backend(live.http, **body)
+    assert again.status_code == 201, again.text
+    shown = await wait_healthy(live.http, name, within=5.0)
+    assert shown["advertised_models"] == ["m", "gpt-4o-mini", "text-embedding-3-small"]
+    assert probes_at(fake) == probes + 1
+    # Nothing changed, so nothing was replaced: breaker, load and discovery kept.
+    assert registry.get(name) is state
 
 
 async def test_ollama_backends_ignore_api_key_and_models(admin_client: Client) -> None:
@@ -515,6 +620,7 @@ async def test_only_platform_admins_reach_the_backend_api(
             ("GET", "/api/admin/backends", None),
             ("GET", f"/api/admin/backends/{name}", None),
             ("DELETE", f"/api/admin/backends/{name}", None),
+            ("POST", f"/api/admin/backends/{name}/probe", None),
         ]
         # Not an admin even if this happens to be the database's first user.
         _, user, user_id = await user_with_id(client)
@@ -536,6 +642,8 @@ async def test_only_platform_admins_reach_the_backend_api(
         created = await client.post("/api/admin/backends", json=body, headers=admin_user)
         assert created.status_code == 201, created.text
         assert (await client.get(f"/api/admin/backends/{name}", headers=ADMIN)).status_code == 200
+        probed = await client.post(f"/api/admin/backends/{name}/probe", headers=admin_user)
+        assert probed.status_code == 200, probed.text
         deleted = await client.delete(f"/api/admin/backends/{name}", headers=admin_user)
         assert deleted.status_code == 204, deleted.text
 

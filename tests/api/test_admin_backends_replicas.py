@@ -134,3 +134,46 @@ async def test_a_backend_registered_on_one_replica_routes_on_the_other(
             return registry_b.get(name) is None
 
         await eventually(gone_on_b, within=5.0)
+
+
+async def test_a_probe_asked_for_on_one_replica_updates_the_other(
+    routing_pg_settings: Settings, make_app: AppFactory, upstream: Upstream
+) -> None:
+    fake, url = upstream
+    name = unique_name("probed")
+    # No periodic rounds: only the probes the test asks for change the health.
+    settings = with_settings(routing_pg_settings, health_interval_seconds=3600.0)
+    app_a, app_b = make_app(settings), make_app(settings)
+    async with (
+        live_server(app_a) as url_a,
+        live_server(app_b) as url_b,
+        httpx.AsyncClient(base_url=url_a, timeout=30) as a,
+        httpx.AsyncClient(base_url=url_b, timeout=30) as b,
+    ):
+        response = await register_backend(
+            a, name=name, type="external", url=url, api_key=UPSTREAM_KEY
+        )
+        assert response.status_code == 201, response.text
+        await wait_healthy(b, name)
+
+        async def status_on_b(wanted: str) -> None:
+            async def reached() -> bool:
+                return bool((await backend(b, name)).json()["health"]["status"] == wanted)
+
+            await eventually(reached, within=5.0)
+
+        fake.control.fail_status = 503
+        probed = await a.post(f"/api/admin/backends/{name}/probe", headers=ADMIN)
+        assert probed.json()["health"]["status"] == "unhealthy"
+        await status_on_b("unhealthy")
+        fake.control.fail_status = None
+        probed = await a.post(f"/api/admin/backends/{name}/probe", headers=ADMIN)
+        assert probed.json()["health"]["status"] == "healthy"
+        await status_on_b("healthy")
+
+        # Registering it again as it was probes it too, and the result travels as well.
+        fake.control.fail_status = 503
+        again = await register_backend(a, name=name, type="external", url=url, api_key=UPSTREAM_KEY)
+        assert again.status_code == 201, again.text
+        await status_on_b("unhealthy")
+        assert (await a.delete(f"/api/admin/backends/{name}", headers=ADMIN)).status_code == 204

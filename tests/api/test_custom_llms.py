@@ -40,6 +40,8 @@ from tests.conftest import REDIS_URL, base_settings, with_settings
 from tests.helpers import PASSWORD, assert_error, bearer, unique_email
 
 KEY = "sk-test-0123456789abcdef"
+ADMIN_TOKEN = "custom-llms-admin-" + "a" * 32
+ADMIN = bearer(ADMIN_TOKEN)
 FIELDS = {
     "id",
     "projectId",
@@ -100,6 +102,7 @@ async def cluster(pg_database: str, fast_hasher: PasswordHasher) -> AsyncIterato
         db_pool_size=5,
         # Every tenant logs in two users from one address, for the whole module.
         login_max_attempts=100_000,
+        admin_token=ADMIN_TOKEN,
     )
     replicas: list[Replica] = []
     async with contextlib.AsyncExitStack() as stack:
@@ -460,6 +463,81 @@ async def test_a_taken_name_answers_free_suggestions_that_work(
     assert response.status_code == 409
     suggestions = response.json()["error"]["suggestions"]
     assert suggestions == ["bob-4", f"bob-{tenant.slug}-2", "bob-personal-2"]
+
+
+PLATFORM_KINDS = {
+    "backend": ("/api/admin/backends", "a platform backend"),
+    "alias": ("/api/admin/aliases", "a model alias"),
+    "profile": ("/api/admin/model-profiles", "a model profile"),
+}
+
+
+async def platform_name(http: httpx.AsyncClient, kind: str, name: str) -> str:
+    """Give ``name`` to a platform object of ``kind`` through the admin API; returns
+    the path that deletes it."""
+    base, _ = PLATFORM_KINDS[kind]
+    body: dict[str, Any] = {
+        "backend": {"name": name, "type": "external", "url": "http://127.0.0.1:9"},
+        "alias": {"alias": name, "target": "some-model"},
+        "profile": {"id": name, "name": "Reserved", "baseModel": "some-model"},
+    }[kind]
+    response = await http.post(base, json=body, headers=ADMIN)
+    assert response.status_code == 201, response.text
+    return f"{base}/{name}"
+
+
+@pytest.mark.parametrize("kind", sorted(PLATFORM_KINDS))
+async def test_a_name_the_platform_uses_answers_free_suggestions_too(
+    api: httpx.AsyncClient, tenant: Tenant, kind: str
+) -> None:
+    used = f"plat-{uuid.uuid4().hex[:8]}"
+    # Compared case-insensitively; a suggestion the platform uses is not offered.
+    made = [
+        await platform_name(api, kind, used.upper()),
+        await platform_name(api, kind, f"{used}-2"),
+    ]
+    try:
+        response = await api.post(
+            tenant.base, json={"name": used, "apiKey": KEY}, headers=tenant.owner
+        )
+        assert response.status_code == 409, response.text
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "code", "param", "suggestions"}
+        assert (error["code"], error["type"], error["param"]) == (
+            "custom_llm_exists",
+            "conflict_error",
+            "name",
+        )
+        assert PLATFORM_KINDS[kind][1] in error["message"]
+        assert error["suggestions"] == [f"{used}-3", f"{used}-{tenant.slug}", f"{used}-personal"]
+        for name in error["suggestions"]:
+            assert (await created(api, tenant, {"name": name, "apiKey": KEY}))["name"] == name
+        # A rename onto it is the same 409; the custom template is checked alike.
+        response = await api.patch(
+            f"{tenant.base}/{used}-3", json={"name": used}, headers=tenant.owner
+        )
+        assert response.status_code == 409, response.text
+        assert response.json()["error"]["suggestions"] == [
+            f"{used}-4",
+            f"{used}-{tenant.slug}-2",
+            f"{used}-personal-2",
+        ]
+        response = await api.post(
+            tenant.base,
+            json=custom_body("https://93.184.215.14", name=f"{used}-2"),
+            headers=tenant.owner,
+        )
+        assert response.status_code == 409, response.text
+        assert PLATFORM_KINDS[kind][1] in response.json()["error"]["message"]
+        assert response.json()["error"]["suggestions"][0] == f"{used}-2-2"
+        listed = await api.get(tenant.base, headers=tenant.owner)
+        assert used not in {llm["name"] for llm in listed.json()["items"]}
+    finally:
+        for path in made:
+            deleted = await api.delete(path, headers=ADMIN)
+            assert deleted.status_code == 204, deleted.text
+    # Once the platform lets the name go, the project may take it.
+    assert (await created(api, tenant, {"name": used, "apiKey": KEY}))["name"] == used
 
 
 async def test_names_are_per_project(api: httpx.AsyncClient, tenant: Tenant) -> None:

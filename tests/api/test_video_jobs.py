@@ -431,6 +431,27 @@ async def test_unknown_and_chat_only_models_are_refused_before_any_job(
     assert (await api.get("/v1/video/generations", headers=tenant.key)).json()["total"] == 0
 
 
+async def test_the_provider_hint_names_the_video_kind_by_its_seed_name(
+    api: httpx.AsyncClient, video_pg_settings: Settings, minimax: Minimax
+) -> None:
+    model = unique_model()
+    backend = await add_minimax_backend(api, minimax, model)
+    tenant = await new_tenant(api)
+    for hint in ("cloud", "CLOUD", "minimax", "minimax-cloud"):
+        created = await create_job(api, tenant.key, model, "a fox", provider=hint)
+        done = await wait_status(api, tenant.key, created["id"], FINAL)
+        assert done["status"] == "done", (hint, done)
+        row = await job_row(video_pg_settings, created["id"])
+        assert (row.provider_hint, row.backend) == (hint, backend)
+    # A hint naming another kind leaves no backend for the model.
+    response = await api.post(
+        "/v1/video/generations",
+        json={"model": model, "prompt": "a fox", "provider": "ollama"},
+        headers=tenant.key,
+    )
+    assert_error(response, 404, "model_not_found")
+
+
 async def test_the_quota_applies_and_credentials_are_required(
     api: httpx.AsyncClient, minimax: Minimax
 ) -> None:

@@ -7,6 +7,7 @@ from collections import Counter
 
 from openai.types.chat import ChatCompletionMessageParam
 
+from app.fakes.engine_echo import EchoEngine
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
 from tests.gateway.conftest import ADMIN, GatewayEnv, unique
@@ -92,6 +93,32 @@ async def test_provider_hint_picks_the_named_backend_or_kind(env: GatewayEnv) ->
         headers={"Authorization": f"Bearer {env.api_key}"},
     )
     assert response.status_code == 404
+
+
+async def test_a_kind_hint_picks_backends_of_that_kind_by_any_of_its_names(
+    env: GatewayEnv,
+) -> None:
+    model = unique("kind-model")
+    external, external_url = await env.fake("ext", models=[model])
+    engine = EchoEngine(unique("cep"), models=[model], embedding_models=[], reply="from the engine")
+    await engine.start()
+    env.stack.push_async_callback(engine.stop)
+    await env.register(unique("ext"), external_url)
+    await env.register(unique("engine"), engine.url, type="engine")
+    for hint in ("cep", "CEP", "Engine"):
+        for _ in range(3):
+            assert await served_by(env, model, provider=hint) == "from the engine", hint
+    assert external.stats.chats == 0
+    for _ in range(3):
+        assert external.name in await served_by(env, model, provider="EXTERNAL")
+    assert engine.stats.chats == 9
+    # The cloud video kind serves no chat: its names leave no backend for the model.
+    response = await env.http.post(
+        "/v1/chat/completions",
+        json={"model": model, "messages": MESSAGES, "provider": "cloud"},
+        headers={"Authorization": f"Bearer {env.api_key}"},
+    )
+    assert response.status_code == 404, response.text
 
 
 async def test_least_loaded_spreads_evenly_across_equal_backends(env: GatewayEnv) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 
 from litestar import Controller, delete, get, post
-from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import BackendConfig, ModelAlias
 from app.domain.accounts.principals import Principal
@@ -31,6 +31,7 @@ from app.domain.paging import LimitQuery, OffsetQuery
 from app.lib.errors import ERRORS_OPT
 from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
+from app.routing.health import HealthChecker
 from app.routing.registry import BackendRegistry, BackendState
 from app.routing.types import monotonic
 
@@ -101,13 +102,15 @@ class BackendAdminController(Controller):
         backend_configs_service: BackendConfigService,
         vault: Vault,
         routing_sync: RoutingConfigSync,
-        backend_registry: BackendRegistry,
+        health_checker: HealthChecker,
     ) -> BackendOut:
+        """Register a backend, or replace the one of that name. It is probed at once
+        (in the background: the answer shows the health it had), also when the body
+        repeats what is stored."""
         registration = validate_registration(data)
         await routing_sync.verify_url(registration.url)
         row = await backend_configs_service.register(registration, vault)
-        await routing_sync.backend_changed(row.name)
-        return backend_out(row, backend_registry.get(row.name))
+        return backend_out(row, await routing_sync.backend_registered(row.name, health_checker))
 
     @get("/")
     async def list_backends(
@@ -132,6 +135,31 @@ class BackendAdminController(Controller):
     ) -> BackendOut:
         row = await backend_configs_service.require(name)
         return backend_out(row, backend_registry.get(row.name))
+
+    @post("/{name:str}/probe", status_code=HTTP_200_OK)
+    async def probe_backend(
+        self,
+        name: str,
+        platform_admin: Principal,
+        backend_configs_service: BackendConfigService,
+        backend_registry: BackendRegistry,
+        routing_sync: RoutingConfigSync,
+        health_checker: HealthChecker,
+    ) -> BackendOut:
+        """Probe the backend now and answer with it, its fresh health included; every
+        replica applies the result. A stored backend this replica has not loaded (its
+        key cannot be decrypted, its evernight tunnel is down) is loaded again first;
+        if it still cannot be, it is shown as not loaded and nothing is probed."""
+        row = await backend_configs_service.require(name)
+        # End the read transaction: no pooled connection is held during the probe.
+        await backend_configs_service.repository.session.commit()
+        state = backend_registry.get(name)
+        if state is None:
+            await routing_sync.reload_backend(name)
+            state = backend_registry.get(name)
+        if state is not None:
+            await health_checker.probe(state, share=True)
+        return backend_out(row, backend_registry.get(name))
 
     @delete("/{name:str}", status_code=HTTP_204_NO_CONTENT)
     async def delete_backend(

@@ -39,7 +39,8 @@ from app.routing.evernight import (
     is_evernight,
     parse_evernight,
 )
-from app.routing.registry import BackendRegistry
+from app.routing.health import HealthChecker
+from app.routing.registry import BackendRegistry, BackendState
 from app.routing.types import BackendSpec
 
 CHANNEL = "routing.config"
@@ -223,6 +224,19 @@ class RoutingConfigSync:
         """Called after this replica wrote (or deleted) backend ``name``."""
         await self.reload_backend(name)
         await self._publish({"kind": KIND_BACKEND, "name": name})
+
+    async def backend_registered(self, name: str, health: HealthChecker) -> BackendState | None:
+        """Called after this replica stored a registration of ``name`` (new or not):
+        ``backend_changed``, then a probe now. A new or changed backend is probed as it
+        loads; one registered again as it was stays in the registry untouched, so it is
+        probed here (in the background, its result shared with the other replicas)
+        instead of waiting for the next round. Returns its routing state, if loaded."""
+        before = self._registry.get(name)
+        await self.backend_changed(name)
+        state = self._registry.get(name)
+        if state is not None and state is before:
+            health.schedule(state, share=True)
+        return state
 
     async def announce_backends(self, names: Iterable[str]) -> None:
         """Tell the other replicas about backends written before this one loaded

@@ -54,10 +54,17 @@ def suggest_names(
     return found[:count]
 
 
-def name_taken(name: str, suggestions: list[str]) -> ConflictError:
+def name_taken(name: str, suggestions: list[str], used_by: str | None = None) -> ConflictError:
+    """The 409 of a name in use: by a custom LLM of the project, or (``used_by``, such
+    as "a model profile") by the platform. The same code either way, with free names."""
     listed = ", ".join(suggestions)
+    situation = (
+        f"this project already has a custom LLM named {name!r}"
+        if used_by is None
+        else f"{name!r} is already the name of {used_by}"
+    )
     return ConflictError(
-        f"this project already has a custom LLM named {name!r}; free names: {listed}",
+        f"{situation}; free names: {listed}",
         code="custom_llm_exists",
         param="name",
         extra={"suggestions": suggestions},

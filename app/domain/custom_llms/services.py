@@ -1,7 +1,8 @@
 """A project's custom LLMs in the database, always filtered by project.
 
-The write rules (templates, credentials, name conflicts with suggestions, the SSRF
-check of base URLs) live here; the controllers check roles and then tell
+The write rules (templates, credentials, name conflicts with suggestions, names the
+platform uses (``platform_names``), the SSRF check of base URLs) live here; the
+controllers check roles and then tell
 ``CustomLlmSync`` so every replica's directory and catalog drop the project.
 ``app.domain.custom_llms.stored`` holds what the directory caches and loads.
 """
@@ -22,6 +23,7 @@ from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import CustomLlm, Project, ProjectSecret
 from app.domain.custom_llms.names import custom_llm_not_found, name_taken, suggest_names
+from app.domain.custom_llms.platform_names import platform_uses
 from app.domain.custom_llms.schemas import Credential, CustomLlmCreate, CustomLlmUpdate
 from app.domain.custom_llms.templates import (
     BOB,
@@ -40,6 +42,9 @@ from app.lib.vault import Vault, mask
 from app.routing.types import AuthScheme
 
 _RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
+SUGGESTION_ROUNDS = 5
+"""Suggestions are drawn again while the platform uses one of them, at most this often
+(then those it uses are left out)."""
 # ------------------------------------------------------------------ rules
 
 
@@ -121,10 +126,28 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
         return row
 
     async def suggestions(self, project: Project, name: str) -> list[str]:
-        taken = await self.repository.session.scalars(
-            select(CustomLlm.name).where(CustomLlm.project_id == project.id)
+        """Free names near ``name``: not taken in the project, nor on the platform."""
+        session = self.repository.session
+        taken = set(
+            await session.scalars(select(CustomLlm.name).where(CustomLlm.project_id == project.id))
         )
-        return suggest_names(name, project.slug, set(taken))
+        used: dict[str, str] = {}
+        for _ in range(SUGGESTION_ROUNDS):
+            offered = suggest_names(name, project.slug, taken)
+            used = await platform_uses(session, offered)
+            if not used:
+                return offered
+            taken.update(used)
+        return [n for n in offered if n not in used]
+
+    async def _check_free(self, project: Project, name: str) -> None:
+        """409 ``custom_llm_exists`` with free names when ``name`` is taken in the
+        project or used by the platform (``platform_names``)."""
+        if await self.exists(CustomLlm.project_id == project.id, CustomLlm.name == name):
+            raise name_taken(name, await self.suggestions(project, name))
+        used = await platform_uses(self.repository.session, (name,))
+        if name in used:
+            raise name_taken(name, await self.suggestions(project, name), used[name])
 
     # ---------------------------------------------------------------- writes
 
@@ -146,8 +169,7 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
             current=None,
         )
         name = cast(str, name)
-        if await self.exists(CustomLlm.project_id == project.id, CustomLlm.name == name):
-            raise name_taken(name, await self.suggestions(project, name))
+        await self._check_free(project, name)
         row_id = uuid4()
         row = CustomLlm(
             id=row_id,
@@ -198,10 +220,8 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
         )
         new_name = data.name if _given(data.name) else row.name
         new_name = cast(str, new_name)
-        if new_name != row.name and await self.exists(
-            CustomLlm.project_id == project.id, CustomLlm.name == new_name
-        ):
-            raise name_taken(new_name, await self.suggestions(project, new_name))
+        if new_name != row.name:
+            await self._check_free(project, new_name)
         row.name = new_name
         if _given(data.enabled):
             row.enabled = cast(bool, data.enabled)

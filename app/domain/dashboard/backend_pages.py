@@ -229,6 +229,7 @@ class BackendPages(Controller):
         backend_configs_service: BackendConfigService,
         vault: Vault,
         routing_sync: RoutingConfigSync,
+        health_checker: HealthChecker,
     ) -> Template | Redirect:
         row = await backend_configs_service.require(name)
         form = await request.form()
@@ -246,7 +247,8 @@ class BackendPages(Controller):
         if registration is None or errors:
             return _refused(request, web_admin, _edit_context(row, values, errors))
         await backend_configs_service.register(registration, vault)
-        await routing_sync.backend_changed(row.name)
+        # Saved as it was or not, it is probed at once (like a registration by the API).
+        await routing_sync.backend_registered(row.name, health_checker)
         return _saved(request, web_admin, f"Backend {row.name} saved.", row.kind)
 
     @delete("/backends/{name:str}", status_code=200)
@@ -276,7 +278,7 @@ class BackendPages(Controller):
         if state is None:
             message, level = f"{name} is not loaded on this replica (see the server log).", "error"
         else:
-            health = await health_checker.probe(state)
+            health = await health_checker.probe(state, share=True)
             message = f"{name}: {health.status.value}" + (
                 f" ({health.reason})" if health.reason and health.reason != "ok" else ""
             )
