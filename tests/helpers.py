@@ -61,12 +61,19 @@ async def new_project(
     return body
 
 
+OPTIONAL_ERROR_FIELDS = frozenset({"upstream_status"})
+"""Fields the error object may carry beside the standard four (docs/api.md)."""
+
+
 def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error"}, body
     error: dict[str, Any] = body["error"]
-    assert set(error) == {"message", "type", "code", "param"}, error
+    assert set(error) - OPTIONAL_ERROR_FIELDS == {"message", "type", "code", "param"}, error
+    if "upstream_status" in error:  # a 502 says what the upstream answered, when it did
+        assert status == 502, error
+        assert isinstance(error["upstream_status"], int), error
     assert isinstance(error["message"], str)
     assert error["message"]
     if code is not None:

@@ -51,7 +51,8 @@ class FakeControl:
     frames per stream (a text shorter than that is repeated to fill them, in streamed
     and whole answers alike). ``record_requests``: keep the received requests.
     ``reject_stream_options``: answer 400 to a request carrying ``stream_options``, as
-    some strict OpenAI-compatible servers do.
+    some strict OpenAI-compatible servers do. ``retry_after``: the ``Retry-After``
+    header of the ``fail_status`` answers (a throttling upstream's 429).
     """
 
     models: list[str]
@@ -67,6 +68,7 @@ class FakeControl:
     chunks: int = 5
     record_requests: bool = True
     reject_stream_options: bool = False
+    retry_after: str | None = None
 
 
 class ControlPatch(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -86,6 +88,7 @@ class ControlPatch(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     chunks: int | msgspec.UnsetType = msgspec.UNSET
     record_requests: bool | msgspec.UnsetType = msgspec.UNSET
     reject_stream_options: bool | msgspec.UnsetType = msgspec.UNSET
+    retry_after: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
 @dataclass(slots=True)
@@ -256,7 +259,8 @@ class FakeUpstream(abc.ABC):
             return
         if control.fail_status is not None:
             self.stats.failures += 1
-            await self.send_error(request, control.fail_status, control.fail_message)
+            extra = () if control.retry_after is None else ((b"retry-after", control.retry_after),)
+            await self.send_error(request, control.fail_status, control.fail_message, extra)
             return
         if control.listing_404 and request.path in self._listing_paths:
             await self.send_error(request, 404, "model listing not available")
@@ -305,8 +309,16 @@ class FakeUpstream(abc.ABC):
 
     # -- responses --------------------------------------------------------------------
 
-    async def send_error(self, request: FakeRequest, status: int, message: str) -> None:
-        await send_bytes(request.send, status, self.error_body(status, message), JSON_HEADERS)
+    async def send_error(
+        self,
+        request: FakeRequest,
+        status: int,
+        message: str,
+        headers: Iterable[tuple[bytes, str]] = (),
+    ) -> None:
+        extra = [(name, value.encode("latin-1")) for name, value in headers]
+        body = self.error_body(status, message)
+        await send_bytes(request.send, status, body, [*JSON_HEADERS, *extra])
 
     async def stream(
         self, request: FakeRequest, frames: Iterable[bytes], content_type: bytes

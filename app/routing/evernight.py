@@ -126,7 +126,8 @@ class BridgeClient:
         except TimeoutError as exc:
             raise BridgeError(f"the evernight agent at {self.url} did not answer") from exc
         except (OSError, WebSocketException) as exc:
-            raise BridgeError(f"the evernight agent at {self.url} is unreachable: {exc}") from exc
+            logger.info("evernight agent unreachable", url=self.url, error=repr(exc)[:200])
+            raise BridgeError(f"the evernight agent at {self.url} is unreachable") from exc
         return _local_port(reply, node, service)
 
 

@@ -42,7 +42,11 @@ _DESCRIPTIONS = {
     413: "The request body is larger than ARONA_MAX_BODY_BYTES",
     429: "A quota or rate limit is spent; `Retry-After` says when to retry",
     500: "Every backend able to serve the call is unavailable",
-    502: "The upstream failed, answered past its bounds or answered garbage",
+    502: (
+        "The upstream failed, answered past its bounds or answered garbage; "
+        "`error.upstream_status` is its status, an upstream 429's `Retry-After` is "
+        "forwarded, and `x-should-retry: false` marks an upstream client error"
+    ),
     503: "A dependency (the database, the state store, an agent) is unreachable",
 }
 
@@ -50,9 +54,19 @@ _DESCRIPTIONS = {
 def _error_schema() -> Schema:
     text = Schema(type=OpenAPIType.STRING)
     nullable_text = Schema(one_of=[text, Schema(type=OpenAPIType.NULL)])
+    upstream_status = Schema(
+        type=OpenAPIType.INTEGER,
+        description="On a 502: the HTTP status the upstream answered (absent when none did)",
+    )
     detail = Schema(
         type=OpenAPIType.OBJECT,
-        properties={"message": text, "type": text, "code": text, "param": nullable_text},
+        properties={
+            "message": text,
+            "type": text,
+            "code": text,
+            "param": nullable_text,
+            "upstream_status": upstream_status,
+        },
         required=["message", "type", "code", "param"],
     )
     return Schema(

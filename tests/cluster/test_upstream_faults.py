@@ -295,7 +295,11 @@ async def test_a_failing_upstream_is_cut_off_without_slowing_other_models(
             assert outcome.seconds < ERROR_BOUND_SECONDS, outcome
         upstream_failures = [o for o in bench.f_outcomes if o.status == 502]
         assert len(upstream_failures) >= BREAKER_THRESHOLD
-        reason = "connection reset" if fault == "reset" else "read timeout"
+        reason = (
+            "the upstream reset the connection"
+            if fault == "reset"
+            else f"the upstream did not answer within {READ_TIMEOUT_SECONDS:g}s"
+        )
         assert all(reason in o.message for o in upstream_failures), upstream_failures
 
         # Later F calls fail fast: refused by the replica, the upstream never sees them.

@@ -120,7 +120,7 @@ async def test_unknown_model_is_404_model_not_found(env: GatewayEnv) -> None:
     with pytest.raises(openai.NotFoundError) as info:
         await env.sdk().chat.completions.create(model="no-such-model", messages=MESSAGES)
     assert info.value.code == "model_not_found"
-    assert "No backend available for model: no-such-model" in str(info.value)
+    assert "model 'no-such-model' not found" in str(info.value)
 
 
 async def test_upstream_that_stops_turns_unhealthy_and_calls_get_500(env: GatewayEnv) -> None:

@@ -154,7 +154,7 @@ async def test_a_well_behaved_answer_within_bounds_passes(
     [
         ("garbage", "invalid JSON body"),
         ("wrong_shape", "a chat completion without choices"),
-        ("truncated", "upstream unreachable"),
+        ("truncated", "the upstream closed the connection before its answer ended"),
     ],
 )
 async def test_a_broken_whole_answer_fails(

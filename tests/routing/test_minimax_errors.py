@@ -271,7 +271,7 @@ async def test_an_unreachable_upstream_is_retryable(build: Build, refused_url: s
     backend = build(refused_url)
     for call in (backend.submit_video(task()), backend.poll_video("t"), backend.video_url("f")):
         error = await failure(call)
-        assert error.message == "upstream unreachable: connection refused"
+        assert error.message == "could not connect to the upstream: connection refused"
         assert (error.retryable, error.upstream_status, error.provider_code) == (True, None, None)
 
 
@@ -282,6 +282,6 @@ async def test_a_hung_upstream_hits_the_call_deadline(
     spec = BackendSpec("mm", "minimax-cloud", minimax.url, api_key=KEY, models=(MODEL,))
     backend = MinimaxVideoBackend(spec, http, deadline=0.2)
     error = await failure(backend.submit_video(task()))
-    assert error.message == "upstream unreachable: no complete answer within 0.2s"
+    assert error.message == "the upstream did not complete its answer within 0.2s"
     assert error.retryable is True
     minimax.fake.release()

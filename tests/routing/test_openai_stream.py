@@ -97,7 +97,10 @@ async def test_stream_drop_raises_stream_interrupted(
     with pytest.raises(StreamInterruptedError) as caught:
         await drain_into(stream, received)
     assert not caught.value.retryable
-    assert "protocol error" in caught.value.message
+    assert caught.value.message == (
+        "upstream stream interrupted: the upstream closed the stream before it ended"
+    )
+    assert caught.value.upstream_status == 200  # the status the stream began with
     events = sse_events(b"".join(received))
     assert len(events) == 3
     assert "[DONE]" not in events

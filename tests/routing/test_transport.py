@@ -37,11 +37,19 @@ def _caused(exc: BaseException, cause: BaseException) -> BaseException:
             _caused(aiohttp.ClientError("x"), socket.gaierror(-2, "unknown")),
             "name resolution failed",
         ),
-        (aiohttp.ServerDisconnectedError(), "protocol error: Server disconnected"),
-        (aiohttp.NonHttpUrlClientError("ftp://h/x"), "unsupported URL: ftp://h/x"),
-        (aiohttp.InvalidUrlClientError("http:///x"), "invalid URL: http:///x"),
-        (ValueError("odd"), "odd"),
-        (aiohttp.ClientError(), "ClientError"),
+        (aiohttp.ServerDisconnectedError(), "the upstream closed the connection"),
+        (
+            aiohttp.ClientPayloadError("Response payload is not completed: TransferEncodingError"),
+            "the upstream closed the connection before its answer ended",
+        ),
+        (aiohttp.NonHttpUrlClientError("ftp://h/x"), "unsupported URL scheme"),
+        (aiohttp.InvalidUrlClientError("http:///x"), "invalid URL"),
+        (
+            OSError(errno.ENETUNREACH, "Network is unreachable"),
+            "network error: network is unreachable",
+        ),
+        (ValueError("odd"), "the exchange failed"),
+        (aiohttp.ClientError(), "the exchange failed"),
     ],
 )
 def test_describe_error(exc: BaseException, reason: str) -> None:
@@ -49,8 +57,8 @@ def test_describe_error(exc: BaseException, reason: str) -> None:
 
 
 def test_describe_error_clips_long_reasons() -> None:
-    reason = describe_error(aiohttp.ClientPayloadError("x" * 1000))
-    assert reason.startswith("protocol error: xxx")
+    reason = describe_error(OSError(errno.EIO, "x" * 1000))
+    assert reason.startswith("network error: xxx")
     assert len(reason) == 201
     assert reason.endswith("…")
 
@@ -67,6 +75,6 @@ async def test_fetch_deadline_covers_the_whole_exchange(
             await fetch(short, url, b"{}", JSON_HEADERS)
     finally:
         await short.aclose()
-    assert caught.value.message == "upstream unreachable: no complete answer within 0.2s"
+    assert caught.value.message == "the upstream did not complete its answer within 0.2s"
     assert caught.value.retryable
     await eventually(lambda: fake.stats.disconnects == 1)  # the call was abandoned

@@ -325,7 +325,7 @@ async def test_a_video_model_asked_for_chat_is_a_404_that_says_so(rig: Rig, mm_a
         await rig.service.chat(HAILUO, chat_body(HAILUO), RouteHints())
     assert caught.value.status_code == 404
     assert caught.value.message == (
-        f"No backend available for model: {HAILUO} (a video model: use /v1/video/generations)"
+        f"model '{HAILUO}' not found (a video model: use /v1/video/generations)"
     )
     with pytest.raises(ModelNotFoundError):
         await rig.service.chat(HAILUO, chat_body(HAILUO), RouteHints(provider="mm-a"))

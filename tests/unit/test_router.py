@@ -42,7 +42,7 @@ async def test_unknown_model_is_model_not_found(rig: RoutingRig) -> None:
     rig.add("a")
     with pytest.raises(ModelNotFoundError) as info:
         await select(rig, "nope")
-    assert info.value.message == "No backend available for model: nope"
+    assert info.value.message == "model 'nope' not found"
     assert info.value.status_code == 404
 
 
@@ -96,6 +96,21 @@ async def test_provider_hint_filters_by_name_or_kind_case_insensitively(rig: Rou
     assert {await select(rig, provider="Ollama") for _ in range(4)} == {"beta"}
     with pytest.raises(ModelNotFoundError):
         await select(rig, provider="gamma")
+
+
+async def test_provider_hint_takes_the_seed_kind_names(rig: RoutingRig) -> None:
+    rig.add("alpha")
+    rig.add("video", kind="minimax-cloud")
+    rig.add("cep-box", kind="engine")
+    for hint in ("cloud", "CLOUD", "Minimax", "minimax-cloud"):
+        assert {await select(rig, provider=hint) for _ in range(4)} == {"video"}, hint
+    for hint in ("cep", "CEP", "engine"):
+        assert {await select(rig, provider=hint) for _ in range(4)} == {"cep-box"}, hint
+    assert {await select(rig, provider="External") for _ in range(4)} == {"alpha"}
+    # An alias names a kind, nothing else: no backend of another kind passes it.
+    rig.registry.remove("video")
+    with pytest.raises(ModelNotFoundError):
+        await select(rig, provider="cloud")
 
 
 async def test_capability_filter(rig: RoutingRig) -> None:
@@ -292,12 +307,10 @@ async def test_tags_no_backend_carries_are_model_not_found_naming_them(rig: Rout
         await select(rig, tags=frozenset({"smart", "gpu"}))
     assert info.value.status_code == 404
     assert info.value.code == "model_not_found"
-    assert info.value.message == (
-        "No backend available for model: m (requires backend tags: gpu, smart)"
-    )
+    assert info.value.message == "model 'm' not found (requires backend tags: gpu, smart)"
     with pytest.raises(ModelNotFoundError) as unknown:
         await select(rig, "nope", tags=frozenset({"smart"}))
-    assert unknown.value.message == "No backend available for model: nope"
+    assert unknown.value.message == "model 'nope' not found"
 
 
 async def test_tagged_backends_that_are_down_are_500_not_404(rig: RoutingRig) -> None:

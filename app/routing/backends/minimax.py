@@ -78,7 +78,7 @@ from app.routing.backends.openai import auth_headers
 from app.routing.backends.transport import (
     HTTP_ERRORS,
     JSON_HEADERS,
-    describe_error,
+    exchange_error,
     probe_get,
     read_bounded,
     release_or_close,
@@ -277,9 +277,9 @@ class MinimaxVideoBackend(VideoBackend):
                 status, body, complete = await self._exchange(method, url, data)
         except HTTP_ERRORS as exc:
             if scope.expired():
-                reason = f"no complete answer within {self._deadline:g}s"
-                raise UpstreamError.transport(reason) from exc
-            raise UpstreamError.transport(describe_error(exc)) from exc
+                message = f"the upstream did not complete its answer within {self._deadline:g}s"
+                raise UpstreamError(message, status=None, retryable=True) from exc
+            raise exchange_error(exc, self._http) from exc
         answer = _decode(body) if complete else None
         if not 200 <= status < 300:
             if answer is not None and answer.base_resp and answer.base_resp.status_code != 0:

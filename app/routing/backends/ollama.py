@@ -39,7 +39,7 @@ from app.routing.backends.transport import (
     open_response,
     probe_get,
 )
-from app.routing.errors import StreamInterruptedError, UpstreamError
+from app.routing.errors import UpstreamError
 from app.routing.types import (
     BackendSpec,
     Capability,
@@ -147,7 +147,7 @@ class OllamaChatStream(UpstreamChatStream):
         out = self._translate(b"\n")
         if not self._ended:
             # Closed without its final ``done`` line: the answer may be cut anywhere.
-            raise StreamInterruptedError("the upstream ended the stream before its last line")
+            raise self.interrupted("the upstream ended the stream before its last line")
         return out
 
     def _translate(self, chunk: bytes) -> bytes:
@@ -156,19 +156,19 @@ class OllamaChatStream(UpstreamChatStream):
         self._tail = data[cut:]
         limit = self.max_line_bytes
         if len(self._tail) > limit:
-            raise StreamInterruptedError(f"the upstream sent a line longer than {limit} bytes")
+            raise self.interrupted(f"the upstream sent a line longer than {limit} bytes")
         frames: list[bytes] = []
         for line in data[:cut].split(b"\n"):
             if self._ended or not line.strip():
                 continue
             if len(line) > limit:
-                raise StreamInterruptedError(f"the upstream sent a line longer than {limit} bytes")
+                raise self.interrupted(f"the upstream sent a line longer than {limit} bytes")
             try:
                 answer = msgspec.json.decode(line, type=OllamaChat)
             except (msgspec.DecodeError, msgspec.ValidationError):
-                raise StreamInterruptedError("the upstream sent a line that is not JSON") from None
+                raise self.interrupted("the upstream sent a line that is not JSON") from None
             if answer.error:
-                raise StreamInterruptedError(answer.error)
+                raise self.interrupted(answer.error)
             self._frames(answer, frames)
         return b"".join(frames)
 

@@ -212,7 +212,7 @@ class OpenAIChatStream(UpstreamChatStream):
             tail, self._tail = self._tail, b""
             out = self._relay(tail + b"\n\n")
         if not self._saw_done:
-            raise StreamInterruptedError("the upstream ended the stream without [DONE]")
+            raise self.interrupted("the upstream ended the stream without [DONE]")
         return out
 
     def _relay(self, chunk: bytes) -> bytes:
@@ -221,7 +221,7 @@ class OpenAIChatStream(UpstreamChatStream):
         if cut < len(data):
             tail = data[cut:]
             if len(tail) > self.max_line_bytes:
-                raise _line_too_long(self.max_line_bytes)
+                raise self._line_too_long()
             self._tail = tail
             if cut == 0:
                 return b""
@@ -239,7 +239,7 @@ class OpenAIChatStream(UpstreamChatStream):
         drop: list[int] = []
         for at, line in enumerate(lines[:-1]):  # ``data`` ends with a newline
             if len(line) > self.max_line_bytes:
-                raise _line_too_long(self.max_line_bytes)
+                raise self._line_too_long()
             if not line or line == b"\r":
                 if self._drop_blank:
                     drop.append(at)  # the dropped event's blank line
@@ -251,10 +251,14 @@ class OpenAIChatStream(UpstreamChatStream):
                     drop.append(at)
                     self._drop_blank = True
             elif not line.startswith(SSE_FIELDS):
-                raise StreamInterruptedError("the upstream answer is not an event stream")
+                raise self.interrupted("the upstream answer is not an event stream")
         if not drop:
             return data
         return b"".join(line + b"\n" for at, line in enumerate(lines[:-1]) if at not in drop)
+
+    def _line_too_long(self) -> StreamInterruptedError:
+        limit = self.max_line_bytes
+        return self.interrupted(f"the upstream sent a line longer than the {limit}-byte limit")
 
     def _data_line(self, payload: bytes) -> bool:
         """Check one ``data:`` payload and take its usage; True to drop it (the usage-only
@@ -268,12 +272,12 @@ class OpenAIChatStream(UpstreamChatStream):
         try:
             chunk = msgspec.json.decode(payload, type=_StreamChunk)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            raise StreamInterruptedError("the upstream sent a frame that is not JSON") from None
+            raise self.interrupted("the upstream sent a frame that is not JSON") from None
         if chunk.error is not None or chunk.object == "error":
-            raise StreamInterruptedError(f"upstream error: {_error_message(chunk)}")
+            raise self.interrupted(f"upstream error: {_error_message(chunk)}")
         usage = chunk.usage.to_usage() if chunk.usage is not None else None
         if chunk.choices is None and usage is None:
-            raise StreamInterruptedError("the upstream sent a chunk without choices")
+            raise self.interrupted("the upstream sent a chunk without choices")
         if usage is None:
             return False
         self.usage = usage
@@ -344,10 +348,6 @@ def discovered_models(body: bytes) -> tuple[str, ...]:
 
 def _content_chars(data: bytes) -> int:
     return sum(match.end(1) - match.start(1) for match in _CONTENT_RE.finditer(data))
-
-
-def _line_too_long(limit: int) -> StreamInterruptedError:
-    return StreamInterruptedError(f"the upstream sent a line longer than the {limit}-byte limit")
 
 
 def _error_message(chunk: _UpstreamReply) -> str:

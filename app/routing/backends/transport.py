@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import aiohttp
 import msgspec
+import structlog
 
 from app.lib.http import (
     PROBE_TIMEOUT_SECONDS,
@@ -27,6 +28,7 @@ from app.lib.http import (
     frozen_headers,
 )
 from app.lib.memory import LARGE_READ_BYTES
+from app.lib.ssrf import refusal_of
 from app.routing.backends.base import ChatStream
 from app.routing.errors import (
     MAX_UPSTREAM_DETAIL_BYTES,
@@ -41,6 +43,8 @@ JSON_HEADERS: Headers = frozen_headers(
 )
 PROBE_TIMEOUT_REASON = f"timeout after {PROBE_TIMEOUT_SECONDS}s"
 REASON_LIMIT = 200
+STREAM_CUT = "the upstream closed the stream before it ended"
+logger = structlog.get_logger()
 
 HTTP_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError, TimeoutError)
 """What a failed exchange raises: aiohttp's errors, socket errors, its own timeouts
@@ -75,11 +79,16 @@ class ProbeAnswer(NamedTuple):
 
 
 def describe_error(exc: BaseException) -> str:
-    """A short reason for a failed exchange, for health pages and error messages."""
+    """A short reason for a failed exchange, for health pages and error messages: plain
+    words for the situation, never the exception's own text (which names library
+    internals); callers log that where it helps."""
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return "connect timeout"
     if isinstance(exc, TimeoutError):  # aiohttp's per-read timeout, among others
         return "read timeout"
+    refused = refusal_of(exc)
+    if refused is not None:
+        return _clip(f"address not allowed ({refused.reason.removeprefix('refused: ')})")
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, ConnectionRefusedError):
@@ -91,17 +100,71 @@ def describe_error(exc: BaseException) -> str:
         if isinstance(cause, OSError) and cause.errno in _ERRNO_REASONS:
             return _ERRNO_REASONS[cause.errno]
         cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return _clip(f"protocol error: {exc}")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the upstream closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "the upstream closed the connection before its answer ended"
     if isinstance(exc, aiohttp.ClientResponseError):  # an unparsable status line or header
-        return _clip(f"protocol error: {exc.message}")
+        return "the upstream's answer is not valid HTTP"
     if isinstance(exc, aiohttp.NonHttpUrlClientError):
-        return _clip(f"unsupported URL: {exc}")
+        return "unsupported URL scheme"
     if isinstance(exc, aiohttp.InvalidURL):
-        return _clip(f"invalid URL: {exc}")
+        return "invalid URL"
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return _clip(f"connect failed: {exc}")
-    return _clip(str(exc) or type(exc).__name__)
+        return _with_os_reason("could not connect", exc.os_error)
+    if isinstance(exc, OSError):
+        return _with_os_reason("network error", exc)
+    return "the exchange failed"
+
+
+def _with_os_reason(what: str, error: OSError) -> str:
+    # The operating system's words for an errno ("Network is unreachable") are plain.
+    reason = error.strerror if isinstance(error.strerror, str) else None
+    return _clip(f"{what}: {reason.lower()}") if reason else what
+
+
+def _connecting(exc: BaseException) -> bool:
+    """The connection was never established (nothing was sent)."""
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return True
+    return describe_error(exc) in ("connection refused", "name resolution failed")
+
+
+def exchange_error(exc: BaseException, http: UpstreamHttp) -> UpstreamError:
+    """The client's error for an exchange that failed before an answer came: the
+    situation in plain words (connect, wait, cut), the exception's own text logged."""
+    timeout = http.timeout
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        message = f"could not connect to the upstream within {_seconds(timeout.connect)}"
+    elif isinstance(exc, TimeoutError):
+        message = f"the upstream did not answer within {_seconds(timeout.sock_read)}"
+    elif _connecting(exc):
+        message = f"could not connect to the upstream: {describe_error(exc)}"
+    elif describe_error(exc) == "connection reset":
+        message = "the upstream reset the connection"
+    elif isinstance(exc, aiohttp.ServerDisconnectedError):
+        message = "the upstream closed the connection before it answered"
+    elif isinstance(exc, aiohttp.ClientPayloadError):
+        message = "the upstream closed the connection before its answer ended"
+    else:
+        message = f"the exchange with the upstream failed: {describe_error(exc)}"
+    log_failure(exc, message)
+    return UpstreamError(message, status=None, retryable=True)
+
+
+def log_failure(exc: BaseException, message: str) -> None:
+    """One line, no trace (the error path costs what the success path does): what the
+    client was told, and the exception's own words for whoever debugs it."""
+    logger.info(
+        "upstream exchange failed",
+        reason=message,
+        error_type=type(exc).__name__,
+        detail=_clip(str(exc)),
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "the time allowed" if value is None else f"{value:g}s"
 
 
 def _clip(text: str) -> str:
@@ -191,16 +254,17 @@ async def open_response(
             method, url, data=data, headers=headers, allow_redirects=False
         )
     except HTTP_ERRORS as exc:
-        raise UpstreamError.transport(describe_error(exc)) from exc
+        raise exchange_error(exc, http) from exc
     status = response.status
     if 200 <= status < 300:
         return response
     limit = http.limits.max_error_bytes
+    retry_after = response.headers.get("Retry-After") if status == 429 else None
     try:
         detail = await read_bounded(response, limit)
     finally:
         release_or_close(response)
-    raise UpstreamError.from_status(status, bounded_text(detail, limit))
+    raise UpstreamError.from_status(status, bounded_text(detail, limit), retry_after=retry_after)
 
 
 async def fetch(http: UpstreamHttp, url: str, data: bytes, headers: Headers) -> tuple[int, bytes]:
@@ -226,8 +290,9 @@ async def fetch(http: UpstreamHttp, url: str, data: bytes, headers: Headers) -> 
         raise exc.upstream_error() from None
     except HTTP_ERRORS as exc:
         if scope.expired():
-            raise UpstreamError.transport(f"no complete answer within {deadline:g}s") from exc
-        raise UpstreamError.transport(describe_error(exc)) from exc
+            message = f"the upstream did not complete its answer within {deadline:g}s"
+            raise UpstreamError(message, status=None, retryable=True) from exc
+        raise exchange_error(exc, http) from exc
 
 
 async def probe_get(
@@ -256,7 +321,8 @@ async def probe_get(
     except HTTP_ERRORS as exc:
         return describe_error(exc)
     except Exception as exc:  # a probe reports, it never raises
-        return _clip(f"probe failed: {exc!r}")
+        logger.warning("probe failed", url=url, error=repr(exc))
+        return "probe failed: unexpected error"
 
 
 def invalid_json(status: int) -> UpstreamError:
@@ -279,6 +345,10 @@ class UpstreamChatStream(ChatStream):
 
     def __init__(self, response: aiohttp.ClientResponse, limits: UpstreamLimits) -> None:
         self._response = response
+        self._status = response.status
+        protocol = response.connection.protocol if response.connection is not None else None
+        self._first_wait = protocol.read_timeout if protocol is not None else None
+        """The read timeout that bounds the wait for the first chunk (for messages)."""
         self._read = response.content.readany  # whatever arrived, at once: b"" at the end
         self._finished = False
         self._closed = False
@@ -290,6 +360,10 @@ class UpstreamChatStream(ChatStream):
     def __aiter__(self) -> UpstreamChatStream:
         return self
 
+    def interrupted(self, reason: str) -> StreamInterruptedError:
+        """The failure of this stream for ``reason``, carrying the status it began with."""
+        return StreamInterruptedError(reason, status=self._status)
+
     async def __anext__(self) -> bytes:
         while not self._finished:
             try:
@@ -299,10 +373,9 @@ class UpstreamChatStream(ChatStream):
                 if self._closed:
                     break  # the caller closed the stream under us: end quietly
                 if isinstance(exc, HTTP_ERRORS):
-                    reason = describe_error(exc)
-                    if self._receiving and isinstance(exc, TimeoutError):
-                        reason = f"no data for {self._idle_seconds:g}s"
-                    raise StreamInterruptedError(reason) from exc
+                    reason = self._cut_reason(exc)
+                    log_failure(exc, reason)
+                    raise self.interrupted(reason) from exc
                 raise
             if not self._receiving:
                 self._receiving = True
@@ -325,6 +398,18 @@ class UpstreamChatStream(ChatStream):
             if out:
                 return out
         raise StopAsyncIteration
+
+    def _cut_reason(self, exc: BaseException) -> str:
+        """Why the body stopped, in plain words."""
+        if isinstance(exc, TimeoutError):
+            if self._receiving:
+                return f"the upstream sent no data for {self._idle_seconds:g}s"
+            return f"the upstream sent no data within {_seconds(self._first_wait)}"
+        if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+            return STREAM_CUT
+        if describe_error(exc) == "connection reset":
+            return STREAM_CUT + " (connection reset)"
+        return describe_error(exc)
 
     def _tighten_read_timeout(self) -> None:
         # aiohttp restarts its per-read timer on every received packet; from now on it

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
+import structlog
 
 import app
 from app.lib.errors import BadRequestError
@@ -72,6 +73,7 @@ from app.routing.types import (
 )
 
 DRAIN_TIMEOUT_SECONDS = 30.0
+logger = structlog.get_logger()
 ARONA_CAPABILITIES: dict[str, Any] = {
     "streaming": True,
     "embeddings": True,
@@ -207,7 +209,8 @@ class EngineBackend(Backend):
         except UpstreamError as exc:
             return ProbeResult(False, exc.message)
         except Exception as exc:  # a probe reports, it never raises
-            return ProbeResult(False, f"probe failed: {exc!r}")
+            logger.warning("engine probe failed", url=self.spec.url, error=repr(exc))
+            return ProbeResult(False, "probe failed: unexpected error")
         models = (entry.id.strip() for entry in reply.models)
         return ProbeResult(True, "ok", tuple(dict.fromkeys(m for m in models if m)))
 

@@ -207,7 +207,8 @@ class EngineConnection:
         except ConnectionClosed as exc:
             reason = _closed_reason(exc)
         except Exception as exc:  # the reader must never die silently: waiters would hang
-            reason = f"reader failed: {exc!r}"
+            logger.warning("engine reader failed", url=self.url, error=repr(exc))
+            reason = "the connection to the engine failed"
         self.drop(reason)
         await self._close()
 
@@ -355,6 +356,10 @@ def _dial_reason(exc: BaseException) -> str:
         return f"websocket upgrade refused: status {exc.response.status_code}"
     if isinstance(exc, ConnectionClosed):
         return f"{_closed_reason(exc)} during the handshake"
-    if isinstance(exc, InvalidHandshake | OSError):
-        return str(exc) or type(exc).__name__
-    return repr(exc)
+    # Anything else in plain words; the library's own text goes to the log only.
+    logger.info("engine dial failed", error_type=type(exc).__name__, detail=str(exc)[:200])
+    if isinstance(exc, InvalidHandshake):
+        return "the websocket handshake failed"
+    if isinstance(exc, OSError) and isinstance(exc.strerror, str) and exc.strerror:
+        return f"could not connect: {exc.strerror.lower()}"
+    return "could not connect"
