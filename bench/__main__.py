@@ -10,21 +10,11 @@ import argparse
 import shlex
 import sys
 
+from bench.choices import comma_choices
 from bench.procs import BenchError
 from bench.runner import Options, run
 from bench.scenarios import SCENARIOS
 from bench.systems import SYSTEM_ORDER
-
-
-def _names(raw: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in raw.split(",") if n.strip())
-    unknown = [n for n in names if n not in allowed]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown {what} {', '.join(unknown) or '(none given)'}; choose from "
-            + ", ".join(allowed)
-        )
-    return names
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -38,13 +28,13 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--skip-litellm", action="store_true", help="no LiteLLM peer")
     parser.add_argument(
         "--only",
-        type=lambda raw: _names(raw, SYSTEM_ORDER, "system"),
+        type=lambda raw: comma_choices(raw, SYSTEM_ORDER, "system"),
         default=None,
         help="comma-separated systems to run: " + ", ".join(SYSTEM_ORDER),
     )
     parser.add_argument(
         "--scenarios",
-        type=lambda raw: _names(raw, scenario_keys, "scenario"),
+        type=lambda raw: comma_choices(raw, scenario_keys, "scenario"),
         default=scenario_keys,
         help="comma-separated scenarios (default all): " + ", ".join(scenario_keys),
     )

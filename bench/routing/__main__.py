@@ -27,6 +27,7 @@ from types import FrameType
 
 from app import __version__
 from bench.arona_sut import AronaDeployment
+from bench.choices import comma_choices
 from bench.machine import machine_info
 from bench.procs import BenchError, Supervisor, pin_self_to_load_cpu
 from bench.routing.live import (
@@ -84,17 +85,6 @@ class Options:
     suffix: str
 
 
-def _choices(raw: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in raw.split(",") if n.strip())
-    unknown = [n for n in names if n not in allowed]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown {what} {', '.join(unknown) or '(none given)'}; choose from "
-            + ", ".join(allowed)
-        )
-    return names
-
-
 def _numbers(raw: str, kind: type[float] | type[int]) -> tuple[float, ...]:
     try:
         values = tuple(kind(v) for v in raw.split(",") if v.strip())
@@ -110,7 +100,7 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument("--quick", action="store_true", help="skewed pool, 80 and 95 %%, 1 seed")
     parser.add_argument(
         "--pools",
-        type=lambda raw: _choices(raw, tuple(POOLS), "pool"),
+        type=lambda raw: comma_choices(raw, tuple(POOLS), "pool"),
         default=None,
         help="comma-separated pools (default all): " + ", ".join(POOLS),
     )
