@@ -6,7 +6,9 @@ repeat a request that cannot succeed), and messages in plain words."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import re
+import types
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -287,3 +289,53 @@ async def test_the_runtime_chat_carries_the_same(rt: RuntimeEnv) -> None:
     assert error["upstream_status"] == 200
     assert "the upstream closed the stream before it ended" in error["message"]
     assert_plain(error["message"])
+
+
+async def test_a_failing_upstream_leaves_no_reference_cycle_in_the_gateway(
+    env: GatewayEnv,
+) -> None:
+    # Cycles on the error path feed the cyclic collector, whose pauses stall every
+    # stream in flight; the gateway's own objects (app, Litestar, aiohttp) must be
+    # freed by reference counting. The test's httpx client makes cycles of its own,
+    # so only the server side is looked at.
+    fake, url = await env.fake(models=["cycle-model"])
+    name = unique("cycle")
+    await env.register(name, url)
+    fake.control.fail_status = 500
+    body = {"model": "cycle-model", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Authorization": f"Bearer {env.api_key}"}
+    state = env.resources.backend_registry.get(name)
+    assert state is not None
+
+    async def fail(stream: bool) -> None:
+        state.breaker.record_success()
+        env.resources.routing.router.clear_cooldown(state)
+        response = await env.http.post(
+            "/v1/chat/completions", json={**body, "stream": stream}, headers=headers
+        )
+        assert response.status_code == 502
+
+    for stream in (False, True):
+        await fail(stream)  # what lives on (connections, caches) exists now
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(20):
+            for stream in (False, True):
+                await fail(stream)
+        gc.collect()
+        ours = [o for o in gc.garbage if _server_side(o)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert ours == []
+
+
+def _server_side(thing: object) -> bool:
+    if isinstance(thing, types.FrameType):
+        path = thing.f_code.co_filename
+        return any(f"/{part}/" in path for part in ("app", "litestar", "aiohttp"))
+    module = type(thing).__module__ or ""
+    return module.split(".")[0] in ("app", "litestar", "aiohttp")
