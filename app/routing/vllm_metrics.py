@@ -151,13 +151,14 @@ class VllmMetricsCache:
         except TimeoutError:
             return
 
-    async def load(self, backend: str, scrape: Scrape) -> VllmLoad | None:
-        """The backend's last reading (for pages), or None when it is unavailable."""
+    async def load(self, backend: str, scrape: Scrape, target: BackendLoad) -> VllmLoad | None:
+        """The backend's last reading (for pages), or None when it is unavailable. A
+        scrape this starts feeds ``target`` as routing's own would."""
         entry = self._entries.setdefault(backend, _Entry())
         age = None if entry.read_at is None else self._clock() - entry.read_at
         if age is not None and age < self.fresh_seconds:
             return entry.load
-        refresh = self._refresh(backend, entry, scrape)
+        refresh = self._refresh(backend, entry, scrape, target)
         if age is not None and age < self.expire_seconds:
             return entry.load  # stale but usable while the refresh runs
         # Expired or never read: wait briefly, never for a slow endpoint's full timeout.
@@ -169,7 +170,7 @@ class VllmMetricsCache:
         return entry.load if fresh else None
 
     def _refresh(
-        self, backend: str, entry: _Entry, scrape: Scrape, target: BackendLoad | None = None
+        self, backend: str, entry: _Entry, scrape: Scrape, target: BackendLoad
     ) -> asyncio.Task[None]:
         if entry.refreshing is None or entry.refreshing.done():
             entry.scrapes += 1

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.routing.load import BackendLoad, Reading
+from app.routing.load import BackendLoad, Reading, seed_score
 from app.routing.vllm_metrics import (
     MetricsFormatError,
     VllmLoad,
@@ -97,66 +97,68 @@ class Endpoint:
 async def test_fresh_readings_are_used_without_scraping() -> None:
     clock, endpoint = FakeClock(), Endpoint()
     cache = VllmMetricsCache(clock=clock)
-    assert await cache.load("a", endpoint.scrape) == VllmLoad(5.0, 1.0, 0.75)
+    assert await cache.load("a", endpoint.scrape, BackendLoad()) == VllmLoad(5.0, 1.0, 0.75)
     clock.advance(1.9)
     for _ in range(5):
-        assert (await cache.load("a", endpoint.scrape)) is not None
+        assert (await cache.load("a", endpoint.scrape, BackendLoad())) is not None
     assert endpoint.calls == 1
 
 
 async def test_stale_readings_are_used_while_exactly_one_refresh_runs() -> None:
     clock, endpoint = FakeClock(), Endpoint()
     cache = VllmMetricsCache(clock=clock)
-    await cache.load("a", endpoint.scrape)
+    await cache.load("a", endpoint.scrape, BackendLoad())
     clock.advance(5)
     endpoint.text = OLD_NAMES
     endpoint.gate = asyncio.Event()
-    stale = await asyncio.gather(*(cache.load("a", endpoint.scrape) for _ in range(10)))
+    stale = await asyncio.gather(
+        *(cache.load("a", endpoint.scrape, BackendLoad()) for _ in range(10))
+    )
     assert all(load == VllmLoad(5.0, 1.0, 0.75) for load in stale)
     assert endpoint.calls == 2  # one background refresh for ten callers
     endpoint.gate.set()
     await asyncio.sleep(0.01)
-    assert await cache.load("a", endpoint.scrape) == VllmLoad(4.0, 2.0, 0.5, 0.1)
+    assert await cache.load("a", endpoint.scrape, BackendLoad()) == VllmLoad(4.0, 2.0, 0.5, 0.1)
 
 
 async def test_expired_readings_count_as_unavailable_and_never_block_long() -> None:
     clock, endpoint = FakeClock(), Endpoint()
     cache = VllmMetricsCache(clock=clock, wait_seconds=0.01)
-    await cache.load("a", endpoint.scrape)
+    await cache.load("a", endpoint.scrape, BackendLoad())
     clock.advance(10.5)
     endpoint.gate = asyncio.Event()  # the endpoint hangs
-    assert await cache.load("a", endpoint.scrape) is None
+    assert await cache.load("a", endpoint.scrape, BackendLoad()) is None
     endpoint.gate.set()
     await asyncio.sleep(0.01)
-    assert await cache.load("a", endpoint.scrape) == VllmLoad(5.0, 1.0, 0.75)
+    assert await cache.load("a", endpoint.scrape, BackendLoad()) == VllmLoad(5.0, 1.0, 0.75)
 
 
 async def test_a_failing_endpoint_ages_into_unavailable_and_says_why() -> None:
     clock, endpoint = FakeClock(), Endpoint()
     cache = VllmMetricsCache(clock=clock)
-    await cache.load("a", endpoint.scrape)
+    await cache.load("a", endpoint.scrape, BackendLoad())
     endpoint.fail = ConnectionRefusedError("connection refused")
     clock.advance(3)
-    assert await cache.load("a", endpoint.scrape) is not None  # stale, still used
+    assert await cache.load("a", endpoint.scrape, BackendLoad()) is not None  # stale, still used
     await asyncio.sleep(0)
     assert cache.last_error("a") == "connection refused"
     clock.advance(8)
-    assert await cache.load("a", endpoint.scrape) is None
+    assert await cache.load("a", endpoint.scrape, BackendLoad()) is None
     endpoint.fail = None
     endpoint.text = "<html>oops</html>"
     clock.advance(1)
-    assert await cache.load("a", endpoint.scrape) is None
+    assert await cache.load("a", endpoint.scrape, BackendLoad()) is None
     assert "not Prometheus text" in cache.last_error("a")
 
 
 async def test_never_read_backend_waits_briefly_for_its_first_scrape() -> None:
     endpoint = Endpoint()
     cache = VllmMetricsCache(clock=FakeClock())
-    assert await cache.load("new", endpoint.scrape) == VllmLoad(5.0, 1.0, 0.75)
+    assert await cache.load("new", endpoint.scrape, BackendLoad()) == VllmLoad(5.0, 1.0, 0.75)
     cache.forget("new")
     endpoint.gate = asyncio.Event()
     quick = VllmMetricsCache(clock=FakeClock(), wait_seconds=0.01)
-    assert await quick.load("new", endpoint.scrape) is None
+    assert await quick.load("new", endpoint.scrape, BackendLoad()) is None
     endpoint.gate.set()
     await asyncio.sleep(0.01)  # let the late scrape land before the test ends
 
@@ -206,3 +208,11 @@ async def test_an_expired_reading_makes_the_backend_unavailable_to_routing() -> 
     endpoint.gate.set()
     await asyncio.sleep(0.01)
     assert load.estimate() is not None
+
+
+async def test_a_reading_a_page_asked_for_feeds_the_routing_estimate() -> None:
+    # The dashboard may be the first to read a backend nobody routed to yet: its
+    # score must be the reading's, not the "metrics unavailable" penalty.
+    cache, endpoint, target = VllmMetricsCache(clock=FakeClock()), Endpoint(), BackendLoad()
+    await cache.load("a", endpoint.scrape, target)
+    assert seed_score(target.estimate()) == 5 + 10 * 1

@@ -115,7 +115,7 @@ async def backend_view(
     source = None if state is None else state.adapter.metrics_source()
     if state is None or source is None:
         return BackendView(out=out, measured=row.kind == "vllm")
-    load = await metrics.load(state.name, source)
+    load = await metrics.load(state.name, source, state.load)
     estimate = state.load.estimate() if load is not None else None
     return BackendView(
         out=out,
