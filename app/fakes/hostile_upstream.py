@@ -263,6 +263,9 @@ class HostileUpstream:
             piece = self._slice if left >= SLICE_BYTES else self._slice[:left]
             await self._body(send, piece)
             left -= len(piece)
+            # A send to a peer that has gone returns at once without suspending: yield,
+            # so the watcher that hears the disconnect gets to run.
+            await asyncio.sleep(0)
         if gone.done():
             self.stats.disconnects += 1
             return
