@@ -62,6 +62,18 @@ def assert_no_key(response: Any) -> None:
 # ---------------------------------------------------------------- register / read
 
 
+def served_body(name: str, url: str, **extra: Any) -> dict[str, Any]:
+    """An external backend with a key, serving model ``m``."""
+    return {
+        "name": name,
+        "type": "external",
+        "url": url,
+        "api_key": UPSTREAM_KEY,
+        "models": ["m"],
+        **extra,
+    }
+
+
 async def test_register_an_external_backend_and_watch_it_turn_healthy(
     admin_client: Client, upstream: Upstream
 ) -> None:
@@ -288,14 +300,7 @@ async def test_registering_the_same_body_again_probes_at_once(
 ) -> None:
     fake, url = upstream
     name = unique_name("again")
-    body: dict[str, Any] = {
-        "name": name,
-        "type": "external",
-        "url": url,
-        "api_key": UPSTREAM_KEY,
-        "models": ["m"],
-        "tags": ["t"],
-    }
+    body = served_body(name, url, tags=["t"])
     assert (await register_backend(live.http, **body)).status_code == 201
     await wait_healthy(live.http, name)
     registry = live.resources.backend_registry
@@ -383,13 +388,7 @@ async def test_a_change_of_tags_alone_reaches_the_registry(
 ) -> None:
     _, url = upstream
     name = unique_name("retag")
-    body: dict[str, Any] = {
-        "name": name,
-        "type": "external",
-        "url": url,
-        "api_key": UPSTREAM_KEY,
-        "models": ["m"],
-    }
+    body = served_body(name, url)
     assert (await register_backend(admin_client, **body, tags=["general"])).status_code == 201
     await wait_healthy(admin_client, name)
     registry = resources_of(admin_client).backend_registry
