@@ -79,6 +79,10 @@ bench: install ## Side-by-side benchmark: direct vs Arona vs LiteLLM (~8 min; BE
 bench-routing: install ## Routing quality: simulated engines, baselines, oracles and live Arona (~40 min; BENCH_ARGS=--quick)
 	$(RUN) python -m bench.routing $(BENCH_ARGS)
 
+.PHONY: bench-gc
+bench-gc: install ## Collector pauses and CPU on the success and upstream-error paths (~6 min)
+	$(RUN) python -m bench.gc $(BENCH_ARGS)
+
 .PHONY: bench-login
 bench-login: install ## Failed-login timing: wrong password vs unknown email (~30 s)
 	$(RUN) python -m bench.login_timing
