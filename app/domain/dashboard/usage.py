@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Project, UsageRecord
-from app.domain.quotas.usage_queries import utc_day
+from app.domain.usage.services import utc_day
 
 PERIODS: dict[str, tuple[str, datetime.timedelta]] = {
     "24h": ("Last 24 hours", datetime.timedelta(hours=24)),

@@ -1,4 +1,4 @@
-"""The consumer side of the usage write-ahead stream (see ``usage_wal``): one
+"""The consumer side of the usage write-ahead stream (see ``wal``): one
 consumer of the group every replica shares, moving entries to the database.
 
 Every step is safe to repeat: rows are inserted with ``ON CONFLICT (id) DO NOTHING``
@@ -18,13 +18,14 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from app.domain.quotas.usage import UsageEntry, UsageWriter
+from app.domain.usage.entry import UsageEntry
+from app.domain.usage.writer import UsageWriter
 
 logger = structlog.get_logger()
 
 GROUP = "usage-writers"
 FIELD = b"e"
-"""The one field of a stream entry (``usage_wal.APPEND_SCRIPT`` writes it by name)."""
+"""The one field of a stream entry (``wal.APPEND_SCRIPT`` writes it by name)."""
 MAX_BATCHES_PER_DRAIN = 20
 """Bounds one read pass under a backlog, so trimming and consumer upkeep still run."""
 FORGET_CONSUMER_IDLE_MS = 10 * 60 * 1000
