@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,16 @@ def parse_id(raw: bytes | str) -> StreamId:
     text = raw.decode() if isinstance(raw, bytes) else raw
     ms, _, seq = text.partition("-")
     return int(ms), int(seq or 0)
+
+
+def _release(exc: BaseException) -> None:
+    """Break the reference cycle a Redis error reply comes with. redis-py raises the
+    reply from a frame that still holds it in a local (``read_response``), so the
+    exception's traceback holds a frame that holds the exception: each error would
+    hand that frame, the ones below it and their closures to the cyclic collector
+    (whose pauses stall every stream in flight). Clearing the finished frames' locals
+    frees them by reference counting; the traceback's files and lines stay."""
+    traceback.clear_frames(exc.__traceback__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,7 @@ class StreamGroup:
         try:
             return await self._move()
         except ResponseError as exc:
+            _release(exc)
             if "NOGROUP" not in str(exc):
                 raise
             # Redis lost the group (a restart without persistence, a flush): what
@@ -116,6 +128,7 @@ class StreamGroup:
             # From the first entry: entries appended before the group existed count.
             await self._redis.xgroup_create(self.key, GROUP, id="0", mkstream=True)
         except ResponseError as exc:
+            _release(exc)  # BUSYGROUP on every start but the first: no cycle each time
             if "BUSYGROUP" not in str(exc):
                 raise
         self._ready = True
