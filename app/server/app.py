@@ -55,6 +55,8 @@ from app.domain.rpc.routes import rpc_routes
 from app.domain.runtime.controllers import RuntimeController
 from app.domain.secrets.controllers import ProjectSecretController
 from app.domain.secrets.deps import secrets_dependencies
+from app.domain.usage.controllers import ProjectUsageController
+from app.domain.usage.deps import usage_dependencies
 from app.domain.video.controllers import VideoGenerationController, VideoPriceAdminController
 from app.domain.web.deps import web_dependencies
 from app.lib.logging import configure_logging
@@ -165,6 +167,7 @@ def create_app(
             ProjectConversationController,
             QuotaAdminController,
             ProjectQuotaController,
+            ProjectUsageController,
             ProjectSecretController,
             OverrideController,
             GatewayController,
@@ -186,6 +189,7 @@ def create_app(
             **agents_dependencies(),
             **conversations_dependencies(),
             **quotas_dependencies(),
+            **usage_dependencies(),
             **secrets_dependencies(),
             **profiles_dependencies(),
             **custom_llms_dependencies(),

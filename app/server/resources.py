@@ -38,9 +38,9 @@ from app.domain.profiles.sync import ProfileSync, build_profile_sync
 from app.domain.projects.memberships import ProjectMemberships, db_membership_loader
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_loader
-from app.domain.quotas.usage_recorder import UsageRecorder, build_usage_recorder
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.conversation_store import ConversationStore
+from app.domain.usage.recorder import UsageRecorder, build_usage_recorder
 from app.domain.video.facade import VideoJobs
 from app.domain.video.poller import VideoPoller
 from app.domain.video.prices import VideoPrices
@@ -120,7 +120,7 @@ class Resources:
     routing_sync: RoutingConfigSync
     usage_writer: UsageRecorder
     """``await usage_writer.record(entry)``: the Redis write-ahead stream when Redis is
-    configured, the in-memory buffer otherwise; see ``app.domain.quotas.usage_recorder``."""
+    configured, the in-memory buffer otherwise; see ``app.domain.usage.recorder``."""
     quota_gate: QuotaGate
     """``await quota_gate.check(project_id)`` before an upstream call; see its module."""
     quota_sync: QuotaSync

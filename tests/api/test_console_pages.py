@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from app.domain.console.charts import bar_chart, column_chart, compact_number, nice_ceiling
-from app.domain.quotas.usage import UsageEntry, UsageWriter
+from app.domain.usage.entry import UsageEntry
+from app.domain.usage.writer import UsageWriter
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.passwords import PasswordHasher

@@ -16,8 +16,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db.config import install_sqlite_pragmas
-from app.domain.quotas.usage import UsageEntry, UsageWriter
-from app.domain.quotas.usage_queries import UsageFilters, UsageRecordService
+from app.domain.usage.entry import UsageEntry
+from app.domain.usage.services import UsageFilters, UsageRecordService
+from app.domain.usage.writer import UsageWriter
 from tests.api.conversation_support import (
     ADMIN,
     MISSING,

@@ -10,7 +10,8 @@ import uuid
 
 from playwright.async_api import ConsoleMessage, Page, expect
 
-from app.domain.quotas.usage import UsageEntry, UsageWriter
+from app.domain.usage.entry import UsageEntry
+from app.domain.usage.writer import UsageWriter
 from tests.browser.conftest import Site, log_in_as_admin
 
 TAB_LABELS = (

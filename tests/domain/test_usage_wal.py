@@ -23,10 +23,11 @@ from redis.asyncio import Redis
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.domain.quotas.usage import UsageEntry, UsageWriter
-from app.domain.quotas.usage_recorder import UsageMetrics, UsageRecorder
-from app.domain.quotas.usage_wal import UsageWal
-from app.domain.quotas.usage_wal_group import FIELD, GROUP
+from app.domain.usage.entry import UsageEntry
+from app.domain.usage.recorder import UsageMetrics, UsageRecorder
+from app.domain.usage.wal import UsageWal
+from app.domain.usage.wal_group import FIELD, GROUP
+from app.domain.usage.writer import UsageWriter
 from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
 from tests.api.auth_support import fresh_database

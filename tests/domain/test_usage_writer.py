@@ -23,8 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 
 from app.db.config import install_sqlite_pragmas
 from app.db.models import Project, User
-from app.domain.quotas.usage import UsageWriter
-from app.domain.quotas.usage_recorder import UsageMetrics
+from app.domain.usage.recorder import UsageMetrics
+from app.domain.usage.writer import UsageWriter
 from app.lib.settings import Settings
 from tests.api.auth_support import fresh_database
 from tests.api.live_server import live_server

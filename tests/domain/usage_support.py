@@ -8,7 +8,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.models import UsageRecord
-from app.domain.quotas.usage import UsageEntry
+from app.domain.usage.entry import UsageEntry
 
 FIELDS = [c.name for c in UsageRecord.__table__.columns if c.name != "sa_orm_sentinel"]
 

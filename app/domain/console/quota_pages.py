@@ -25,7 +25,7 @@ from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.limits import QuotaSync
 from app.domain.quotas.schemas import LimitsOut, OwnerQuotaIn, WindowUsageOut
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
-from app.domain.quotas.usage_queries import UsageFilters, UsageRecordService
+from app.domain.usage.services import UsageFilters, UsageRecordService
 from app.domain.web.pages import csrf_guard
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError

@@ -1,6 +1,7 @@
 """Platform-wide usage: the usage records of every project, summed by project, model,
-backend and UTC day (the per-project API, ``UsageRecordService.summary``, answers
-one project at a time)."""
+backend and UTC day. The sums and the totals query are the usage area's
+(``app.domain.usage.services``: ``usage_sums``, ``sum_usage``), the ones behind a
+project's usage summary, so the dashboard and the API count alike (cost included)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Project, UsageRecord
-from app.domain.quotas.usage_queries import utc_day
+from app.domain.usage.services import (
+    Aggregate,
+    UsageFilters,
+    aggregate,
+    sum_usage,
+    usage_sums,
+    utc_day,
+)
 
 PERIODS: dict[str, tuple[str, datetime.timedelta]] = {
     "24h": ("Last 24 hours", datetime.timedelta(hours=24)),
@@ -27,6 +35,8 @@ TOP = 15
 
 @dataclass(frozen=True, slots=True)
 class Totals:
+    """An ``Aggregate`` with the label the page shows for its key."""
+
     key: str
     label: str
     requests: int = 0
@@ -34,6 +44,25 @@ class Totals:
     completion_tokens: int = 0
     total_tokens: int = 0
     errors: int = 0
+    cost: float = 0.0
+
+    @property
+    def cost_text(self) -> str:
+        """The cost as the usage API gives it (up to 6 decimals), without trailing zeros."""
+        return f"{self.cost:,.6f}".rstrip("0").rstrip(".")
+
+    @classmethod
+    def of(cls, label: str, sums: Aggregate) -> Totals:
+        return cls(
+            key=sums.key,
+            label=label,
+            requests=sums.requests,
+            prompt_tokens=sums.prompt_tokens,
+            completion_tokens=sums.completion_tokens,
+            total_tokens=sums.total_tokens,
+            errors=sums.errors,
+            cost=sums.cost,
+        )
 
 
 @dataclass(slots=True)
@@ -46,27 +75,12 @@ class PlatformUsage:
     by_day: list[Totals] = field(default_factory=list)
 
 
-def _sums() -> list[Any]:
-    r = UsageRecord
-    return [
-        func.count().label("requests"),
-        func.coalesce(func.sum(r.prompt_tokens), 0).label("prompt_tokens"),
-        func.coalesce(func.sum(r.completion_tokens), 0).label("completion_tokens"),
-        func.coalesce(func.sum(r.total_tokens), 0).label("total_tokens"),
-        func.coalesce(func.sum(case((r.status >= 400, 1), else_=0)), 0).label("errors"),
-    ]
+def _within(since: datetime.datetime) -> list[ColumnElement[bool]]:
+    return UsageFilters(since=since).conditions()
 
 
 def _totals(key: str, label: str, row: Any) -> Totals:
-    return Totals(
-        key=key,
-        label=label,
-        requests=int(row.requests),
-        prompt_tokens=int(row.prompt_tokens),
-        completion_tokens=int(row.completion_tokens),
-        total_tokens=int(row.total_tokens),
-        errors=int(row.errors),
-    )
+    return Totals.of(label, aggregate(key, row))
 
 
 def period_start(period: str, now: datetime.datetime) -> datetime.datetime:
@@ -77,8 +91,8 @@ async def _grouped(
     session: AsyncSession, key: ColumnElement[Any], since: datetime.datetime, none_label: str
 ) -> list[Totals]:
     statement = (
-        select(key.label("key"), *_sums())
-        .where(UsageRecord.created_at >= since)
+        select(key.label("key"), *usage_sums())
+        .where(*_within(since))
         .group_by(key)
         .order_by(func.count().desc(), key)
         .limit(TOP)
@@ -92,9 +106,9 @@ async def _grouped(
 
 async def _by_project(session: AsyncSession, since: datetime.datetime) -> list[Totals]:
     statement = (
-        select(UsageRecord.project_id, Project.name, *_sums())
+        select(UsageRecord.project_id, Project.name, *usage_sums())
         .outerjoin(Project, Project.id == UsageRecord.project_id)
-        .where(UsageRecord.created_at >= since)
+        .where(*_within(since))
         .group_by(UsageRecord.project_id, Project.name)
         .order_by(func.count().desc(), Project.name)
         .limit(TOP)
@@ -121,7 +135,7 @@ async def platform_usage(
     daily = {
         str(row.key): row
         for row in await session.execute(
-            select(day.label("key"), *_sums()).where(UsageRecord.created_at >= since).group_by(day)
+            select(day.label("key"), *usage_sums()).where(*_within(since)).group_by(day)
         )
     }
     by_day = [
@@ -148,8 +162,8 @@ async def project_totals(
     if not ids:
         return {}
     statement = (
-        select(UsageRecord.project_id, *_sums())
-        .where(UsageRecord.project_id.in_(ids), UsageRecord.created_at >= since)
+        select(UsageRecord.project_id, *usage_sums())
+        .where(UsageRecord.project_id.in_(ids), *_within(since))
         .group_by(UsageRecord.project_id)
     )
     return {
@@ -159,5 +173,5 @@ async def project_totals(
 
 
 async def usage_totals(session: AsyncSession, since: datetime.datetime) -> Totals:
-    row = (await session.execute(select(*_sums()).where(UsageRecord.created_at >= since))).one()
-    return _totals("", "All projects", row)
+    """Every project's usage since ``since``: the usage API's totals query, unscoped."""
+    return Totals.of("All projects", await sum_usage(session, _within(since)))

@@ -14,7 +14,7 @@ import structlog
 
 from app.domain.gateway.admission import Admission, CallAdmission
 from app.domain.gateway.parsing import Endpoint, GatewayRequest, ListedModelOut
-from app.domain.quotas.usage import UsageEntry, UsageSink
+from app.domain.usage.entry import UsageEntry, UsageSink
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
 from app.lib.sse import DONE, error_frame

@@ -1,1 +1,1 @@
-"""Quotas: limits and usage records."""
+"""Quotas: per-project limits and their admission gate (usage records: ``app.domain.usage``)."""

@@ -1,12 +1,12 @@
-"""Quota and usage APIs.
+"""Quota APIs.
 
 - ``PUT /api/admin/projects/{projectId}/quota`` (platform admin): the ceilings and
   the fail policy.
 - ``GET /api/projects/{projectId}/quota`` (members, API keys, admins): limits, both
   sides of them, and the current windows' consumption from the state store.
 - ``PUT /api/projects/{projectId}/quota`` (owners, admins): the owner's lower limits.
-- ``GET /api/projects/{projectId}/usage`` and ``.../usage/summary`` (members, API
-  keys, admins): usage records, filtered and paginated, and their aggregates.
+
+The usage records endpoints are in ``app.domain.usage.controllers``.
 
 A project the caller cannot see is a 404 ``project_not_found``. A quota change takes
 effect at once on this replica and, through ``QuotaSync``, on every other one.
@@ -14,15 +14,13 @@ effect at once on this replica and, through ``QuotaSync``, on every other one.
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, get, put
+from litestar import Controller, get, put
 
-from app.db.models import Project, ProjectQuota, UsageRecord
+from app.db.models import Project, ProjectQuota
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
-from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage
@@ -33,24 +31,10 @@ from app.domain.quotas.schemas import (
     OwnerQuotaIn,
     QuotaOut,
     QuotaUsageOut,
-    UsageGroupOut,
-    UsageRecordOut,
-    UsageSummaryOut,
-    UsageTotals,
     WindowUsageOut,
 )
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
-from app.domain.quotas.usage_queries import (
-    Aggregate,
-    UsageFilters,
-    UsageRecordService,
-    parse_group_by,
-)
 from app.lib.errors import NotFoundError
-from app.lib.pagination import DEFAULT_LIMIT, Page
-
-PAGE_PARAMS = frozenset({"limit", "offset"})
-SUMMARY_PARAMS = frozenset({"groupBy"})
 
 
 def _window_out(usage: WindowUsage) -> WindowUsageOut:
@@ -78,49 +62,6 @@ async def quota_out(project_id: UUID, row: ProjectQuota | None, gate: QuotaGate)
             day=_window_out(usage["day"]),
             month=_window_out(usage["month"]),
         ),
-    )
-
-
-def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
-    return {name: request.query_params[name] for name in request.query_params}
-
-
-def record_out(r: UsageRecord) -> UsageRecordOut:
-    return UsageRecordOut(
-        id=r.id,
-        api_key_id=r.api_key_id,
-        user_id=r.user_id,
-        model_requested=r.model_requested,
-        model_served=r.model_served,
-        backend=r.backend,
-        endpoint=r.endpoint,
-        streamed=r.streamed,
-        prompt_tokens=r.prompt_tokens,
-        completion_tokens=r.completion_tokens,
-        total_tokens=r.total_tokens,
-        estimated=r.estimated,
-        status=r.status,
-        error_code=r.error_code,
-        latency_ms=r.latency_ms,
-        ttft_ms=r.ttft_ms,
-        conversation_id=r.conversation_id,
-        model_profile_id=r.model_profile_id,
-        is_custom=r.is_custom,
-        is_override_key=r.is_override_key,
-        cost=r.cost,
-        created_at=r.created_at,
-    )
-
-
-def _group_out(a: Aggregate) -> UsageGroupOut:
-    return UsageGroupOut(
-        key=a.key,
-        requests=a.requests,
-        prompt_tokens=a.prompt_tokens,
-        completion_tokens=a.completion_tokens,
-        total_tokens=a.total_tokens,
-        errors=a.errors,
-        cost=a.cost,
     )
 
 
@@ -187,46 +128,3 @@ class ProjectQuotaController(Controller):
         )
         await quota_sync.project_changed(project_id)
         return await quota_out(project_id, row, quota_gate)
-
-    @get("/usage")
-    async def list_usage(
-        self,
-        request: Request[Any, Any, Any],
-        project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
-        usage_records_service: UsageRecordService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
-    ) -> Page[UsageRecordOut]:
-        await projects_service.access(principal, project_id)
-        filters = UsageFilters.parse(_query(request), allowed=PAGE_PARAMS)
-        rows, total = await usage_records_service.page(project_id, filters, limit, offset)
-        return Page(items=[record_out(r) for r in rows], total=total, limit=limit, offset=offset)
-
-    @get("/usage/summary")
-    async def usage_summary(
-        self,
-        request: Request[Any, Any, Any],
-        project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
-        usage_records_service: UsageRecordService,
-    ) -> UsageSummaryOut:
-        await projects_service.access(principal, project_id)
-        query = _query(request)
-        group_by = parse_group_by(query.get("groupBy"))
-        filters = UsageFilters.parse(query, allowed=SUMMARY_PARAMS)
-        groups, totals = await usage_records_service.summary(project_id, filters, group_by)
-        return UsageSummaryOut(
-            group_by=group_by,
-            items=[_group_out(g) for g in groups],
-            totals=UsageTotals(
-                requests=totals.requests,
-                prompt_tokens=totals.prompt_tokens,
-                completion_tokens=totals.completion_tokens,
-                total_tokens=totals.total_tokens,
-                errors=totals.errors,
-                cost=totals.cost,
-            ),
-        )

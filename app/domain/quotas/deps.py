@@ -10,11 +10,9 @@ from advanced_alchemy.extensions.litestar.providers import create_service_provid
 from litestar.di import Provide
 
 from app.domain.quotas.services import ProjectQuotaService
-from app.domain.quotas.usage_queries import UsageRecordService
 
 
 def quotas_dependencies() -> dict[str, Provide]:
     return {
         "project_quotas_service": Provide(create_service_provider(ProjectQuotaService)),
-        "usage_records_service": Provide(create_service_provider(UsageRecordService)),
     }

@@ -34,7 +34,6 @@ from app.domain.conversations.selection import choose_profile
 from app.domain.custom_llms.directory import parse_llm_id
 from app.domain.gateway.admission import CallAdmission
 from app.domain.profiles.catalog import ProfileCatalog
-from app.domain.quotas.usage import UsageEntry, UsageSink
 from app.domain.runtime.conversation_store import ChatHistory, ConversationStore
 from app.domain.runtime.prepared import (
     ChatReply,
@@ -46,6 +45,7 @@ from app.domain.runtime.prepared import (
 from app.domain.runtime.schemas import RuntimeChatRequest
 from app.domain.runtime.transcript import Transcript, completion_message
 from app.domain.runtime.upstream_body import check_capabilities, upstream_body
+from app.domain.usage.entry import UsageEntry, UsageSink
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
 from app.lib.sse import DONE, error_frame

@@ -24,8 +24,9 @@ from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.domain.quotas.usage import UsageEntry, UsageWriter
-from app.domain.quotas.usage_wal import UsageWal
+from app.domain.usage.entry import UsageEntry
+from app.domain.usage.wal import UsageWal
+from app.domain.usage.writer import UsageWriter
 from app.lib.settings import Settings
 
 logger = structlog.get_logger()

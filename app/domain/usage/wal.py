@@ -44,8 +44,9 @@ import msgspec
 import structlog
 from redis.asyncio import Redis
 
-from app.domain.quotas.usage import UsageEntry, UsageWriter
-from app.domain.quotas.usage_wal_group import StreamGroup, StreamId, parse_id
+from app.domain.usage.entry import UsageEntry
+from app.domain.usage.wal_group import StreamGroup, StreamId, parse_id
+from app.domain.usage.writer import UsageWriter
 
 logger = structlog.get_logger()
 

@@ -1,4 +1,4 @@
-"""The consumer side of the usage write-ahead stream (see ``usage_wal``): one
+"""The consumer side of the usage write-ahead stream (see ``wal``): one
 consumer of the group every replica shares, moving entries to the database.
 
 Every step is safe to repeat: rows are inserted with ``ON CONFLICT (id) DO NOTHING``
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +19,14 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from app.domain.quotas.usage import UsageEntry, UsageWriter
+from app.domain.usage.entry import UsageEntry
+from app.domain.usage.writer import UsageWriter
 
 logger = structlog.get_logger()
 
 GROUP = "usage-writers"
 FIELD = b"e"
-"""The one field of a stream entry (``usage_wal.APPEND_SCRIPT`` writes it by name)."""
+"""The one field of a stream entry (``wal.APPEND_SCRIPT`` writes it by name)."""
 MAX_BATCHES_PER_DRAIN = 20
 """Bounds one read pass under a backlog, so trimming and consumer upkeep still run."""
 FORGET_CONSUMER_IDLE_MS = 10 * 60 * 1000
@@ -40,6 +42,16 @@ def parse_id(raw: bytes | str) -> StreamId:
     text = raw.decode() if isinstance(raw, bytes) else raw
     ms, _, seq = text.partition("-")
     return int(ms), int(seq or 0)
+
+
+def _release(exc: BaseException) -> None:
+    """Break the reference cycle a Redis error reply comes with. redis-py raises the
+    reply from a frame that still holds it in a local (``read_response``), so the
+    exception's traceback holds a frame that holds the exception: each error would
+    hand that frame, the ones below it and their closures to the cyclic collector
+    (whose pauses stall every stream in flight). Clearing the finished frames' locals
+    frees them by reference counting; the traceback's files and lines stay."""
+    traceback.clear_frames(exc.__traceback__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +107,7 @@ class StreamGroup:
         try:
             return await self._move()
         except ResponseError as exc:
+            _release(exc)
             if "NOGROUP" not in str(exc):
                 raise
             # Redis lost the group (a restart without persistence, a flush): what
@@ -115,6 +128,7 @@ class StreamGroup:
             # From the first entry: entries appended before the group existed count.
             await self._redis.xgroup_create(self.key, GROUP, id="0", mkstream=True)
         except ResponseError as exc:
+            _release(exc)  # BUSYGROUP on every start but the first: no cycle each time
             if "BUSYGROUP" not in str(exc):
                 raise
         self._ready = True

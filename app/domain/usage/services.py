@@ -25,6 +25,7 @@ from uuid import UUID
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import ColumnElement, String, case, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
@@ -129,8 +130,13 @@ class UsageFilters:
         return cls(**values)
 
     def clauses(self, project_id: UUID) -> list[ColumnElement[bool]]:
+        """The filters within one project: what a project's readers may see."""
+        return [UsageRecord.project_id == project_id, *self.conditions()]
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        """The filters alone, over every project (the platform admin's dashboard)."""
         r = UsageRecord
-        where: list[ColumnElement[bool]] = [r.project_id == project_id]
+        where: list[ColumnElement[bool]] = []
         if self.since is not None:
             where.append(r.created_at >= self.since)
         if self.until is not None:
@@ -213,7 +219,9 @@ class Aggregate:
     cost: float
 
 
-def _sums() -> list[Any]:
+def usage_sums() -> list[Any]:
+    """The aggregate columns every usage summary shows (labelled as ``Aggregate``'s
+    fields): one definition, so the API and the dashboard cannot drift apart."""
     r = UsageRecord
     return [
         func.count().label("requests"),
@@ -225,7 +233,8 @@ def _sums() -> list[Any]:
     ]
 
 
-def _aggregate(key: str, row: Any) -> Aggregate:
+def aggregate(key: str, row: Any) -> Aggregate:
+    """An ``Aggregate`` from a row that selected ``usage_sums()``."""
     return Aggregate(
         key=key,
         requests=int(row.requests),
@@ -236,6 +245,12 @@ def _aggregate(key: str, row: Any) -> Aggregate:
         # Rounded like the stored costs: float sums must not show binary noise.
         cost=round(float(row.cost), 6),
     )
+
+
+async def sum_usage(session: AsyncSession, where: Sequence[ColumnElement[bool]]) -> Aggregate:
+    """The totals of the records matching ``where``: the one totals query, behind a
+    project's usage summary and the admin dashboard's platform totals alike."""
+    return aggregate("", (await session.execute(select(*usage_sums()).where(*where))).one())
 
 
 class UsageRecordService(SQLAlchemyAsyncRepositoryService[UsageRecord]):
@@ -271,11 +286,10 @@ class UsageRecordService(SQLAlchemyAsyncRepositoryService[UsageRecord]):
             if group_by == "day"
             else UsageRecord.model_requested.expression
         )
-        statement = select(key.label("key"), *_sums()).where(*where).group_by(key)
+        statement = select(key.label("key"), *usage_sums()).where(*where).group_by(key)
         if group_by == "day":
             statement = statement.order_by(key)
         else:
             statement = statement.order_by(func.count().desc(), key)
-        groups = [_aggregate(str(row.key), row) for row in await session.execute(statement)]
-        totals_row = (await session.execute(select(*_sums()).where(*where))).one()
-        return groups, _aggregate("", totals_row)
+        groups = [aggregate(str(row.key), row) for row in await session.execute(statement)]
+        return groups, await sum_usage(session, where)

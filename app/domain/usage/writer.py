@@ -8,8 +8,8 @@ flush; the buffer is bounded, and what falls off it is counted (``dropped``, the
 ``log_interval`` seconds with the number dropped since the last line.
 
 With Redis configured the request path records through the write-ahead stream of
-``usage_wal`` instead, and this buffer only takes what Redis could not (see
-``usage_recorder``). The request path sees either through ``UsageSink``.
+``wal`` instead, and this buffer only takes what Redis could not (see
+``recorder``). The request path sees either through ``UsageSink``.
 
 Each entry carries its row id from the moment it is recorded, and the INSERT skips
 ids that already exist: a batch whose commit was cut off (connection lost after the
@@ -38,10 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from app.db.models import Project, UsageRecord
 from app.db.outage import is_database_outage
-from app.domain.quotas.usage_entry import UsageEntry, UsageSink
-
-# The entry types live in usage_entry; importing them from here keeps working.
-__all__ = ["UsageEntry", "UsageSink", "UsageWriter"]
+from app.domain.usage.entry import UsageEntry
 
 logger = structlog.get_logger()
 
