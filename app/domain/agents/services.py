@@ -21,8 +21,8 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import AgentDeployment, AgentNode
-from app.domain.agents.frames import Gpu, Heartbeat, Register, average_utilization
 from app.domain.agents.schemas import ACTIVE_STATUSES
+from app.lib.agent_frames import Gpu, Heartbeat, Register, average_utilization
 from app.lib.clock import utcnow
 from app.lib.errors import ConflictError, NotFoundError
 from app.lib.hashing import random_secret, sha256_hex
