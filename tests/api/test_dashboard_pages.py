@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.db.models import BackendConfig, Conversation, FallbackPin, Project, UsageRecord, User
 from app.domain.dashboard.stream import SentCache, encode, feed_events
 from app.lib.events.base import Event

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.db.models import User
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
 from app.server.resources import Resources

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.db.config import build_db_config
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
