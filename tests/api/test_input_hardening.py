@@ -14,8 +14,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from app.domain.conversations.schemas import MAX_MESSAGES
+from app.domain.paging import MAX_OFFSET
 from app.lib.input_checks import MAX_JSON_DEPTH
-from app.lib.pagination import MAX_OFFSET
 from app.lib.settings import Settings
 from tests.api.support import create_runtime_token
 from tests.conftest import AppFactory, with_settings

@@ -29,8 +29,8 @@ from litestar.exceptions import WebSocketDisconnect
 from app.domain.agents.hub import CLOSE_POLICY
 from app.domain.agents.sessions import AgentSession, CloseSession
 from app.domain.agents.setup import Agents
+from app.domain.asgi_io import refuse_websocket
 from app.lib.agent_frames import Command, encode
-from app.lib.asgi_io import refuse_websocket
 from app.lib.errors import error_body
 
 REGISTER_SECONDS = 30.0

@@ -22,7 +22,7 @@ from litestar import Controller, Request, get, put
 from app.db.models import Project, ProjectQuota, UsageRecord
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage
@@ -47,7 +47,6 @@ from app.domain.quotas.usage_queries import (
     parse_group_by,
 )
 from app.lib.errors import NotFoundError
-from app.lib.pagination import DEFAULT_LIMIT, Page
 
 PAGE_PARAMS = frozenset({"limit", "offset"})
 SUMMARY_PARAMS = frozenset({"groupBy"})
