@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from app.db.config import install_sqlite_pragmas
 from app.domain.quotas.usage import UsageEntry, UsageWriter
 from app.domain.quotas.usage_queries import UsageFilters, UsageRecordService
-from tests.api.conversation_support import (
+from tests.support.api import Client, db_session, settings_of
+from tests.support.conversations import (
     ADMIN,
     MISSING,
     Tenant,
@@ -26,8 +27,7 @@ from tests.api.conversation_support import (
     new_tenant,
     pg_client,
 )
-from tests.api.support import Client, db_session, settings_of
-from tests.helpers import assert_error
+from tests.support.helpers import assert_error
 
 __all__ = ["both_client", "pg_client"]
 
@@ -334,7 +334,7 @@ async def test_day_buckets_ignore_the_session_time_zone(pg_client: Client) -> No
 async def test_members_keys_and_admins_read_usage(both_client: Client) -> None:
     seeded = await seed(both_client)
     tenant = seeded.tenant
-    from tests.helpers import new_user
+    from tests.support.helpers import new_user
 
     email, member = await new_user(both_client, "member")
     response = await both_client.post(

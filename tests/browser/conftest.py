@@ -24,9 +24,9 @@ from app.cli.bootstrap import create_admin
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
 from app.server.resources import Resources
-from tests.api.auth_support import fresh_database
-from tests.api.live_server import live_server
-from tests.conftest import AppFactory, with_settings
+from tests.support.auth import fresh_database
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
 
 CHROMIUM = os.environ.get("ARONA_TEST_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "browser"

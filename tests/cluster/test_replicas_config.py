@@ -29,7 +29,7 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.helpers import bearer, custom_llm_body
+from tests.support.helpers import bearer, custom_llm_body
 
 pytestmark = pytest.mark.cluster
 

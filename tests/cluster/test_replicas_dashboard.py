@@ -27,8 +27,8 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.conftest import base_settings
-from tests.helpers import PASSWORD, console_login, unique_email
+from tests.support.helpers import PASSWORD, console_login, unique_email
+from tests.support.settings import base_settings
 
 pytestmark = pytest.mark.cluster
 

@@ -22,7 +22,7 @@ from tests.cluster.support import (
     wait_healthy_everywhere,
 )
 from tests.gateway.runtime_support import ChatResult, parse_sse
-from tests.helpers import bearer
+from tests.support.helpers import bearer
 
 pytestmark = pytest.mark.cluster
 

@@ -18,7 +18,7 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.helpers import bearer
+from tests.support.helpers import bearer
 
 pytestmark = pytest.mark.cluster
 

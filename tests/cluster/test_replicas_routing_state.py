@@ -27,7 +27,7 @@ from tests.cluster.support import (
     wait_healthy_everywhere,
 )
 from tests.cluster.test_replicas_pins import backends, conversation, create_profile, turn
-from tests.conftest import REDIS_URL
+from tests.support.settings import REDIS_URL
 
 pytestmark = pytest.mark.cluster
 

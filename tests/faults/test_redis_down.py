@@ -29,7 +29,7 @@ from tests.cluster.support import (
     wait_healthy_everywhere,
 )
 from tests.faults.redis_instance import RedisInstance
-from tests.helpers import bearer
+from tests.support.helpers import bearer
 
 pytestmark = pytest.mark.faults
 

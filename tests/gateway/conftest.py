@@ -25,11 +25,11 @@ from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.settings import Settings
 from app.server.resources import Resources
-from tests.api.auth_support import fresh_database
-from tests.api.live_server import live_server
-from tests.api.support import eventually
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import bearer, new_project, new_user
+from tests.support.api import eventually
+from tests.support.auth import fresh_database
+from tests.support.helpers import bearer, new_project, new_user
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "gateway-admin-" + "a" * 32
 ADMIN = bearer(ADMIN_TOKEN)

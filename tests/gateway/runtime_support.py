@@ -13,7 +13,7 @@ import msgspec
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
 from tests.gateway.conftest import ADMIN, GatewayEnv, unique
-from tests.helpers import bearer
+from tests.support.helpers import bearer
 
 
 @dataclass

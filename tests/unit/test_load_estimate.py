@@ -23,7 +23,7 @@ from app.routing.load import (
 )
 from app.routing.load_share import LoadShare
 from app.routing.types import RouteHints, ScoreKind
-from tests.helpers import until
+from tests.support.helpers import until
 from tests.unit.routing_fakes import RoutingRig, vllm_metrics
 
 

@@ -33,11 +33,11 @@ from app.fakes.serve import serve_asgi
 from app.lib.events.redis import RedisEventBus
 from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
-from tests.api.auth_support import fresh_database
-from tests.api.routing_support import ADMIN, ADMIN_TOKEN, register_backend, wait_healthy
-from tests.api.support import create_api_key, db_session, eventually
-from tests.conftest import with_settings
-from tests.helpers import bearer, new_project, new_user
+from tests.support.api import create_api_key, db_session, eventually
+from tests.support.auth import fresh_database
+from tests.support.helpers import bearer, new_project, new_user
+from tests.support.routing import ADMIN, ADMIN_TOKEN, register_backend, wait_healthy
+from tests.support.settings import with_settings
 
 MINIMAX_KEY = "mm-key-" + "k" * 24
 POLL_PATH = "/v1/query/video_generation"
