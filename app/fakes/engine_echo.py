@@ -22,11 +22,13 @@ import socket
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Literal, NamedTuple, Self
 
 import msgspec
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
 
 from app.fakes.content import count_tokens, embedding_inputs, fake_vector, split_pieces
 from app.fakes.serve import run_in_foreground, wait_for_stop_signal
@@ -49,6 +51,11 @@ class EngineStats:
     cancelled_streams: int = 0
     embeddings: int = 0
     listings: int = 0
+
+
+class UpgradeRefusal(NamedTuple):
+    status: int
+    retry_after: str | None = None
 
 
 class ReceivedCall(NamedTuple):
@@ -91,6 +98,9 @@ class EchoEngine:
         self.chunk_delay = 0.0
         self.chat_delay = 0.0
         """Seconds before ``Engine.Chat`` answers (a slow engine)."""
+        self.upgrade_refusal: UpgradeRefusal | None = None
+        """When set, WebSocket upgrades are answered with this HTTP status (a throttled
+        engine's 429 and its ``Retry-After``) instead of 101."""
         self.stats = EngineStats()
         self.received: deque[ReceivedCall] = deque(maxlen=MAX_RECEIVED)
         self.handshakes: deque[Any] = deque(maxlen=MAX_RECEIVED)
@@ -110,7 +120,12 @@ class EchoEngine:
         """Listen on ``host``/``port``, or on ``sock`` when given (already bound)."""
         where = (None, None) if sock is not None else (host, port)
         self._server = await serve(
-            self._handle, *where, sock=sock, max_size=MAX_FRAME_BYTES, compression=None
+            self._handle,
+            *where,
+            sock=sock,
+            max_size=MAX_FRAME_BYTES,
+            compression=None,
+            process_request=self._refuse_upgrade,
         )
         bound = self._server.sockets[0].getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
@@ -136,6 +151,11 @@ class EchoEngine:
             with contextlib.suppress(ConnectionClosed):
                 await ws.send(text)
 
+    async def drop_connections(self) -> None:
+        """Close every open connection (a restarting engine): clients must dial again."""
+        for ws in list(self._connections):
+            await ws.close(1012, "restarting")
+
     def calls(self, method: str) -> list[ReceivedCall]:
         return [call for call in self.received if call.method == method]
 
@@ -157,6 +177,15 @@ class EchoEngine:
         return True
 
     # -- the connection ----------------------------------------------------------------
+
+    def _refuse_upgrade(self, connection: ServerConnection, request: Request) -> Response | None:
+        refusal = self.upgrade_refusal
+        if refusal is None:
+            return None
+        response = connection.respond(HTTPStatus(refusal.status), "upgrade refused\n")
+        if refusal.retry_after is not None:
+            response.headers["Retry-After"] = refusal.retry_after
+        return response
 
     async def _handle(self, ws: ServerConnection) -> None:
         self.stats.connections += 1

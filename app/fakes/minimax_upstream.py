@@ -32,7 +32,8 @@ body that is not JSON), ``hang`` (calls never answer until released),
 ``processing_polls``, ``models`` (a create for another model is code 2013; empty
 accepts any), ``next_markers`` (markers for the next creates, one entry each; a create
 refused by ``create_error`` or ``fail_status`` does not use one).
-``fail_code`` puts a ``base_resp`` with that code in the ``fail_status`` answers;
+``fail_code`` puts a ``base_resp`` with that code in the ``fail_status`` answers and
+``retry_after`` a ``Retry-After`` header on them (a throttling upstream's 429);
 ``poll_error`` / ``retrieve_error`` make every poll / retrieve (the probe's poll too)
 answer that ``base_resp`` code. ``GET /__fake/stats`` shows the counters.
 
@@ -89,6 +90,7 @@ class MinimaxControl(msgspec.Struct, forbid_unknown_fields=True):
     processing_polls: int = 2
     fail_status: int | None = None
     fail_code: int | None = None
+    retry_after: str | None = None
     create_error: int | None = None
     poll_error: int | None = None
     retrieve_error: int | None = None
@@ -213,7 +215,11 @@ class FakeMinimax:
             self.stats.faults += 1
             code = self.control.fail_code
             answer = {"error": "fake failure"} if code is None else _resp({}, code, "fake failure")
-            await send_json(send, self.control.fail_status, answer)
+            retry_after = self.control.retry_after
+            headers = JSON_HEADERS + (
+                () if retry_after is None else ((b"retry-after", retry_after.encode()),)
+            )
+            await send_bytes(send, self.control.fail_status, msgspec.json.encode(answer), headers)
             return
         if self.control.malformed:
             self.stats.faults += 1
