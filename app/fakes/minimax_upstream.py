@@ -216,10 +216,9 @@ class FakeMinimax:
             code = self.control.fail_code
             answer = {"error": "fake failure"} if code is None else _resp({}, code, "fake failure")
             retry_after = self.control.retry_after
-            headers = JSON_HEADERS + (
-                () if retry_after is None else ((b"retry-after", retry_after.encode()),)
-            )
-            await send_bytes(send, self.control.fail_status, msgspec.json.encode(answer), headers)
+            throttle = () if retry_after is None else ((b"retry-after", retry_after.encode()),)
+            encoded = msgspec.json.encode(answer)
+            await send_bytes(send, self.control.fail_status, encoded, JSON_HEADERS + throttle)
             return
         if self.control.malformed:
             self.stats.faults += 1
