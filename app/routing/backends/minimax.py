@@ -76,11 +76,10 @@ import msgspec
 
 from app.lib.http import Headers, UpstreamHttp, frozen_headers
 from app.routing.backends.base import VideoBackend
+from app.routing.backends.failures import HTTP_ERRORS, exchange_error
 from app.routing.backends.openai import auth_headers
 from app.routing.backends.transport import (
-    HTTP_ERRORS,
     JSON_HEADERS,
-    exchange_error,
     probe_get,
     read_bounded,
     release_or_close,
