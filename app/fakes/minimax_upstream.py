@@ -54,11 +54,9 @@ from urllib.parse import parse_qs
 
 import msgspec
 
-from app.fakes.common import (
+from app.fakes.asgi_io import (
     JSON_HEADERS,
-    MAX_RECORDED_REQUESTS,
     Receive,
-    RecordedRequest,
     Scope,
     Send,
     parse_json,
@@ -66,6 +64,7 @@ from app.fakes.common import (
     send_bytes,
     send_json,
 )
+from app.fakes.common import MAX_RECORDED_REQUESTS, RecordedRequest
 from app.fakes.minimax_scripts import FakeTask, Fault, script_of
 
 DEFAULT_MODELS = ("MiniMax-Hailuo-02", "T2V-01-Director", "I2V-01")

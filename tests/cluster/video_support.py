@@ -25,7 +25,7 @@ from typing import Any
 import asyncpg
 import openai
 
-from app.fakes.common import Receive, Scope, Send
+from app.fakes.asgi_io import Receive, Scope, Send
 from app.fakes.minimax_scripts import FakeTask
 from app.fakes.minimax_upstream import FakeMinimax
 from app.fakes.serve import serve_asgi

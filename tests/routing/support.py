@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from app.fakes.common import Receive, Scope, Send, read_body
+from app.fakes.asgi_io import Receive, Scope, Send, read_body
 from app.fakes.minimax_upstream import FakeMinimax
 from app.routing.backends.base import ChatStream
 from app.routing.types import RawBody, UpstreamCall

@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from app.db.models import UsageRecord, VideoJob
 from app.domain.video.views import parse_public_id
-from app.fakes.common import Receive, Scope, Send
+from app.fakes.asgi_io import Receive, Scope, Send
 from app.fakes.minimax_upstream import FakeMinimax
 from app.fakes.serve import serve_asgi
 from app.lib.events.redis import RedisEventBus
