@@ -11,7 +11,7 @@ import uuid
 from playwright.async_api import ConsoleMessage, Page, expect
 
 from app.domain.quotas.usage import UsageEntry, UsageWriter
-from tests.browser.conftest import Site, log_in_as_admin
+from tests.support.browser import Site, log_in_as_admin
 
 TAB_LABELS = (
     "Overview",

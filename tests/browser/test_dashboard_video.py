@@ -16,8 +16,8 @@ import pytest
 from playwright.async_api import Dialog, Page, expect
 
 from app.lib.settings import Settings
-from tests.browser.conftest import Site, log_in_as_admin
 from tests.support.auth import fresh_database
+from tests.support.browser import Site, log_in_as_admin
 from tests.support.routing import ADMIN_TOKEN
 from tests.support.rpc import PRICE, Replica, call, result, video_setup
 from tests.support.settings import with_settings

@@ -19,7 +19,7 @@ from app.db.config import build_db_config
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.passwords import PasswordHasher
-from tests.cluster.support import (
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     backend_status,

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
-from tests.cluster.support import (
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     Tenant,

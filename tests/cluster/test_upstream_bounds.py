@@ -18,7 +18,7 @@ import pytest
 
 from app.fakes.hostile_upstream import HostileUpstream
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import Cluster, Tenant, new_tenant, running_cluster, unique
+from tests.support.cluster import Cluster, Tenant, new_tenant, running_cluster, unique
 from tests.support.helpers import custom_llm_body
 
 OVERSIZE = 100 * 1024 * 1024

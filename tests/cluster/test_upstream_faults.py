@@ -43,7 +43,7 @@ from tests.cluster.fault_upstreams import (
     lowest_while,
     p50,
 )
-from tests.cluster.support import (
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     Tenant,

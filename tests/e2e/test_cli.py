@@ -13,7 +13,7 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
-from tests.e2e.support import ARONA, Spawned, cli_env, migrated_env, run_cli, wait_healthy
+from tests.support.e2e import ARONA, Spawned, cli_env, migrated_env, run_cli, wait_healthy
 from tests.support.settings import JWT_SECRET
 
 

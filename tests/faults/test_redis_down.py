@@ -17,7 +17,8 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import (
+from tests.faults.redis_instance import RedisInstance
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     Tenant,
@@ -28,7 +29,6 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.faults.redis_instance import RedisInstance
 from tests.support.helpers import bearer
 
 pytestmark = pytest.mark.faults

@@ -13,8 +13,8 @@ from app.fakes.content import count_tokens, fake_vector
 from app.fakes.engine_echo import EchoEngine, UpgradeRefusal
 from app.fakes.engine_misbehaving import MisbehavingEngine, Misbehaviour
 from app.routing.backends.engine import EngineBackend
-from tests.gateway.conftest import GatewayEnv, unique
 from tests.support.api import eventually
+from tests.support.gateway import GatewayEnv, unique
 
 TOKEN = "engine-handshake-token"
 E = TypeVar("E", bound=EchoEngine)

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from app.lib.settings import Settings
-from tests.gateway.conftest import ADMIN, GatewayEnv
-from tests.gateway.runtime_support import RuntimeEnv, runtime_env
 from tests.support.api import eventually
+from tests.support.gateway import ADMIN, GatewayEnv
 from tests.support.live_server import live_server
+from tests.support.runtime import RuntimeEnv, runtime_env
 from tests.support.settings import AppFactory, with_settings
 
 MODEL = "pool-model"

@@ -13,8 +13,8 @@ import pytest
 
 from app.db.models.usage import UsageRecord
 from app.lib.settings import Settings
-from tests.gateway.conftest import ADMIN, GatewayEnv, unique
-from tests.gateway.runtime_support import RuntimeEnv, runtime_env
+from tests.support.gateway import ADMIN, GatewayEnv, unique
+from tests.support.runtime import RuntimeEnv, runtime_env
 from tests.support.settings import with_settings
 
 

@@ -14,8 +14,14 @@ from app.fakes.engine_misbehaving import MisbehavingEngine, Misbehaviour
 from app.lib.ports import free_port
 from app.routing.backends.base import ChatStream
 from app.routing.errors import StreamInterruptedError, UpstreamError
-from tests.routing.conftest import EngineFactory
-from tests.routing.support import chat_call, collect, eventually, sse_events, streamed_text
+from tests.support.upstreams import (
+    EngineFactory,
+    chat_call,
+    collect,
+    eventually,
+    sse_events,
+    streamed_text,
+)
 
 MODEL = "echo-1"
 

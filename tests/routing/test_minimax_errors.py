@@ -14,7 +14,7 @@ from app.lib.http import UpstreamHttp
 from app.routing.backends.minimax import MAX_ANSWER_BYTES, MinimaxVideoBackend
 from app.routing.errors import UpstreamError
 from app.routing.types import BackendSpec, VideoTask
-from tests.routing.support import MINIMAX_KEY, ScriptedUpstream, ServedMinimax
+from tests.support.upstreams import MINIMAX_KEY, ScriptedUpstream, ServedMinimax
 
 KEY = MINIMAX_KEY
 MODEL = "MiniMax-Hailuo-02"

@@ -13,8 +13,7 @@ from app.lib.http import UpstreamHttp, UpstreamLimits
 from app.routing.backends.failures import describe_error
 from app.routing.backends.transport import JSON_HEADERS, fetch
 from app.routing.errors import UpstreamError
-from tests.routing.conftest import Served
-from tests.routing.support import eventually
+from tests.support.upstreams import Served, eventually
 
 
 def _caused(exc: BaseException, cause: BaseException) -> BaseException:

@@ -12,7 +12,7 @@ from app.lib.state.memory import MemoryStateStore
 from app.routing.health import HEALTH_CHANNEL, PROBES_CHANNEL, HealthChecker
 from app.routing.types import HealthStatus
 from tests.support.helpers import running, until
-from tests.unit.routing_fakes import RoutingRig
+from tests.support.routing_fakes import RoutingRig
 
 
 class BrokenStore(MemoryStateStore):

@@ -12,7 +12,7 @@ import msgspec
 
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
-from tests.gateway.conftest import ADMIN, GatewayEnv, unique
+from tests.support.gateway import ADMIN, GatewayEnv, unique
 from tests.support.helpers import bearer
 
 

@@ -29,7 +29,7 @@ from app.fakes.asgi_io import Receive, Scope, Send
 from app.fakes.minimax_scripts import FakeTask
 from app.fakes.minimax_upstream import FakeMinimax
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import Cluster, register_backend, unique, wait_healthy_everywhere
+from tests.support.cluster import Cluster, register_backend, unique, wait_healthy_everywhere
 from tests.support.video import polled_task
 
 MINIMAX_KEY = "mm-cluster-" + "k" * 24
