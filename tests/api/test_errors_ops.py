@@ -16,10 +16,10 @@ import uvicorn.config
 from litestar import get
 from litestar.testing import AsyncTestClient
 
-from tests.faults.redis_instance import RedisInstance
 from tests.support.api import create_api_key
 from tests.support.helpers import assert_error, bearer, new_project, new_user
 from tests.support.live_server import live_server
+from tests.support.redis_instance import RedisInstance
 
 
 async def test_unknown_route_is_a_404_in_the_error_shape(any_client):

@@ -13,7 +13,7 @@ import pytest
 
 from app.db.migrate import upgrade
 from app.lib.ports import free_port
-from tests.faults.pg_instance import PostgresInstance
+from tests.support.pg_instance import PostgresInstance
 from tests.support.settings import base_settings
 
 DATABASE = "arona"

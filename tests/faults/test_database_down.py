@@ -49,7 +49,6 @@ import pytest
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from tests.faults.pg_fixtures import DATABASE, pg, pg_running
-from tests.faults.pg_instance import PostgresInstance
 from tests.support.cluster import (
     ADMIN,
     Cluster,
@@ -64,6 +63,7 @@ from tests.support.cluster import (
     wait_healthy_everywhere,
     wait_ready,
 )
+from tests.support.pg_instance import PostgresInstance
 
 pytestmark = pytest.mark.faults
 __all__ = ["pg", "pg_running"]  # fixtures

@@ -17,7 +17,6 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.faults.redis_instance import RedisInstance
 from tests.support.cluster import (
     ADMIN,
     Cluster,
@@ -30,6 +29,7 @@ from tests.support.cluster import (
     wait_healthy_everywhere,
 )
 from tests.support.helpers import bearer
+from tests.support.redis_instance import RedisInstance
 
 pytestmark = pytest.mark.faults
 
