@@ -2,71 +2,34 @@
 Redis, and apps built by ``create_app`` driven over ASGI.
 
 Services are never skipped: if PostgreSQL or Redis is missing the tests fail.
-``.ci/run`` starts both before calling ``make test``.
+``.ci/run`` starts both before calling ``make test``. Helpers test modules import
+live in ``tests/support/``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import replace
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from app.db.migrate import upgrade
 from app.lib.passwords import PasswordHasher
-from app.lib.settings import Settings, load_settings
-from app.lib.vault import generate_key_spec
+from app.lib.settings import Settings
 from app.server.app import create_app
-from tests.status_contract import StatusContract
-
-PG_ADMIN_DSN = os.environ.get("ARONA_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("ARONA_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-JWT_SECRET = "test-secret-" + "x" * 40
-
-
-def _pg_url(dbname: str) -> str:
-    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
-    return f"{base}/{dbname}"
-
-
-async def create_database(name: str) -> None:
-    conn = await asyncpg.connect(PG_ADMIN_DSN)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-
-
-async def drop_database(name: str) -> None:
-    conn = await asyncpg.connect(PG_ADMIN_DSN)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
-
-
-def base_settings(**overrides: object) -> Settings:
-    return load_settings(
-        {},
-        jwt_secret=JWT_SECRET,
-        vault_keys=load_settings({"ARONA_VAULT_KEYS": generate_key_spec("k1")}).vault_keys,
-        **{
-            "registration_open": True,
-            "log_level": "WARNING",
-            # Above the 5 s default: on the shared CI machine a connection has taken
-            # longer, and an app whose start-up gives up fails a whole module.
-            "db_connect_timeout_seconds": 15.0,
-            **overrides,
-        },
-    )
+from tests.support.settings import (
+    REDIS_URL,
+    AppFactory,
+    base_settings,
+    create_database,
+    drop_database,
+    pg_url,
+)
+from tests.support.status_contract import StatusContract
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +44,7 @@ def fast_hasher() -> Iterator[PasswordHasher]:
 async def pg_database() -> AsyncIterator[str]:
     name = f"arona_test_{uuid.uuid4().hex[:10]}"
     await create_database(name)
-    url = _pg_url(name)
+    url = pg_url(name)
     await asyncio.to_thread(upgrade, base_settings(database_url=url))
     yield url
     await drop_database(name)
@@ -110,13 +73,10 @@ def sqlite_settings(sqlite_database: str) -> Settings:
     return base_settings(database_url=sqlite_database)
 
 
-AppFactory = Callable[[Settings], Litestar]
-
-
 @pytest.fixture(scope="session")
 def status_contract() -> Iterator[StatusContract]:
     """Checks, once the session is over, that every error status the apps answered is
-    in their OpenAPI document (``tests/status_contract.py``)."""
+    in their OpenAPI document (``tests/support/status_contract.py``)."""
     contract = StatusContract()
     yield contract
     report = contract.report()
@@ -160,7 +120,3 @@ async def any_client(
     settings = pg_settings if request.param == "postgres" else sqlite_settings
     async with AsyncTestClient(app=make_app(settings)) as test_client:
         yield test_client
-
-
-def with_settings(settings: Settings, **changes: object) -> Settings:
-    return replace(settings, **changes)  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from app.agent.processes import DeployError, ModelProcesses
-from app.domain.agents.frames import (
+from app.lib.agent_frames import (
     Deploy,
     DeployProgress,
     DeployResult,

@@ -11,7 +11,7 @@ import shutil
 
 import structlog
 
-from app.domain.agents.frames import Gpu
+from app.lib.agent_frames import Gpu
 
 QUERY = "index,name,memory.total,memory.used,utilization.gpu"
 TIMEOUT_SECONDS = 5.0

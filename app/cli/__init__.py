@@ -53,7 +53,7 @@ def migrate() -> None:
 )
 def create_admin_command(email: str, name: str, password_stdin: bool) -> None:
     """Create a platform admin (or promote an existing user)."""
-    from app.bootstrap import create_admin
+    from app.cli.bootstrap import create_admin
     from app.db.config import build_db_config
     from app.lib.passwords import PasswordHasher
 

@@ -14,7 +14,7 @@ from app.cli.common import cli_settings, reserve_port, serve_with_fakes
 from app.lib.settings import Settings
 
 if TYPE_CHECKING:
-    from app.bootstrap import DemoCredentials
+    from app.cli.bootstrap import DemoCredentials
     from app.fakes.common import FakeUpstream
 
 PORT = click.IntRange(0, 65535)
@@ -49,7 +49,7 @@ def _hold_ports(
     pool_port: int | None,
     engine_port: int | None,
 ) -> DemoSockets:
-    from app.bootstrap import DEMO_POOL
+    from app.cli.bootstrap import DEMO_POOL
 
     first_pool_port = pool_port if pool_port is not None else _beside(port, 2)
     if first_pool_port > 65536 - len(DEMO_POOL):
@@ -82,7 +82,7 @@ def _banner(
     pool_urls: dict[str, str],
     engine_url: str,
 ) -> str:
-    from app import bootstrap
+    from app.cli import bootstrap
 
     url = f"http://{settings.host}:{settings.port}"
     auth = f"-H 'Authorization: Bearer {creds.api_key}'"
@@ -121,7 +121,7 @@ def _banner(
 
 
 def _serve(settings: Settings, sockets: DemoSockets) -> None:
-    from app import bootstrap
+    from app.cli import bootstrap
     from app.fakes.engine_echo import EchoEngine
     from app.fakes.openai_upstream import FakeOpenAI
     from app.fakes.vllm_upstream import FakeVllm
@@ -178,7 +178,12 @@ def demo(
     and a pool of three fake vLLM servers seeded from a vLLM backends file.
 
     With --port 0 every bundled server gets a free port too; the banner shows them."""
-    from app.bootstrap import DEMO_POOL_FILE, ensure_demo, load_demo_secrets, write_demo_pool_file
+    from app.cli.bootstrap import (
+        DEMO_POOL_FILE,
+        ensure_demo,
+        load_demo_secrets,
+        write_demo_pool_file,
+    )
     from app.db.migrate import upgrade
     from app.lib.passwords import PasswordHasher
     from app.lib.settings import parse_vault_keys

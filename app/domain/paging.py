@@ -1,17 +1,49 @@
-"""The query parameters of every paginated REST list, in one place.
+"""Pagination, in one place: the list envelope, the bounds of ``limit`` and ``offset``,
+the REST query parameters, and the newest-first page filters.
 
-``limit`` and ``offset`` are bounded alike everywhere (``app.lib.pagination`` holds the
-numbers, which JSON-RPC uses too): a value out of range is a 400 naming the parameter,
+``limit`` and ``offset`` are bounded alike everywhere (REST query parameters and
+JSON-RPC params share the numbers): a value out of range is a 400 naming the parameter,
 documented in the OpenAPI schema, and never reaches the database.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Generic, TypeVar
 
+import msgspec
+from advanced_alchemy.filters import LimitOffset, OrderBy
 from litestar.params import QueryParameter
 
-from app.lib.pagination import MAX_LIMIT, MAX_OFFSET
+T = TypeVar("T")
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+MAX_OFFSET = 1_000_000_000
+"""Past any list anyone pages through, and within every database's integers (an
+offset of 2**63 used to reach PostgreSQL and fail there)."""
+
+Limit = Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)]
+"""``limit`` of every paginated list (query parameter or JSON-RPC param)."""
+Offset = Annotated[int, msgspec.Meta(ge=0, le=MAX_OFFSET)]
+"""``offset`` of every paginated list."""
 
 LimitQuery = Annotated[int, QueryParameter(name="limit", ge=1, le=MAX_LIMIT)]
 OffsetQuery = Annotated[int, QueryParameter(name="offset", ge=0, le=MAX_OFFSET)]
+
+
+class Page(msgspec.Struct, Generic[T]):
+    """The list envelope every paginated endpoint returns."""
+
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+def newest_first(limit: int, offset: int) -> tuple[OrderBy, OrderBy, LimitOffset]:
+    """Filters for a stable newest-first page (the id breaks ties between equal times)."""
+    return (
+        OrderBy(field_name="created_at", sort_order="desc"),
+        OrderBy(field_name="id", sort_order="desc"),
+        LimitOffset(limit=limit, offset=offset),
+    )

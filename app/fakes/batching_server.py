@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
+from app.fakes.asgi_io import Receive, Scope, Send, read_body, send_bytes, send_json
 from app.fakes.batching_engine import BatchingEngine, EngineRequest
-from app.fakes.common import Receive, Scope, Send, read_body, send_bytes, send_json
 
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 PROMETHEUS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]

@@ -22,19 +22,29 @@ import socket
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Self
+from http import HTTPStatus
+from typing import Any, NamedTuple, Self
 
-import msgspec
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
 
 from app.fakes.content import count_tokens, embedding_inputs, fake_vector, split_pieces
+from app.fakes.engine_wire import (
+    RpcFailure,
+    UsageNames,
+    content_of,
+    decode_frame,
+    message_text,
+    rpc,
+    send_json,
+    usage_field,
+)
 from app.fakes.serve import run_in_foreground, wait_for_stop_signal
 
 MAX_RECEIVED = 256
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 CONTEXT_LENGTH = 8192
-UsageNames = Literal["openai", "io", "none"]
 
 
 @dataclass(slots=True)
@@ -51,16 +61,15 @@ class EngineStats:
     listings: int = 0
 
 
+class UpgradeRefusal(NamedTuple):
+    status: int
+    retry_after: str | None = None
+
+
 class ReceivedCall(NamedTuple):
     connection: int  # which connection (1 for the first) carried the call
     method: str
     params: Any
-
-
-class RpcFailure(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.error = {"code": code, "message": message}
 
 
 class EchoEngine:
@@ -91,6 +100,9 @@ class EchoEngine:
         self.chunk_delay = 0.0
         self.chat_delay = 0.0
         """Seconds before ``Engine.Chat`` answers (a slow engine)."""
+        self.upgrade_refusal: UpgradeRefusal | None = None
+        """When set, WebSocket upgrades are answered with this HTTP status (a throttled
+        engine's 429 and its ``Retry-After``) instead of 101."""
         self.stats = EngineStats()
         self.received: deque[ReceivedCall] = deque(maxlen=MAX_RECEIVED)
         self.handshakes: deque[Any] = deque(maxlen=MAX_RECEIVED)
@@ -110,7 +122,12 @@ class EchoEngine:
         """Listen on ``host``/``port``, or on ``sock`` when given (already bound)."""
         where = (None, None) if sock is not None else (host, port)
         self._server = await serve(
-            self._handle, *where, sock=sock, max_size=MAX_FRAME_BYTES, compression=None
+            self._handle,
+            *where,
+            sock=sock,
+            max_size=MAX_FRAME_BYTES,
+            compression=None,
+            process_request=self._refuse_upgrade,
         )
         bound = self._server.sockets[0].getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
@@ -136,6 +153,11 @@ class EchoEngine:
             with contextlib.suppress(ConnectionClosed):
                 await ws.send(text)
 
+    async def drop_connections(self) -> None:
+        """Close every open connection (a restarting engine): clients must dial again."""
+        for ws in list(self._connections):
+            await ws.close(1012, "restarting")
+
     def calls(self, method: str) -> list[ReceivedCall]:
         return [call for call in self.received if call.method == method]
 
@@ -158,6 +180,15 @@ class EchoEngine:
 
     # -- the connection ----------------------------------------------------------------
 
+    def _refuse_upgrade(self, connection: ServerConnection, request: Request) -> Response | None:
+        refusal = self.upgrade_refusal
+        if refusal is None:
+            return None
+        response = connection.respond(HTTPStatus(refusal.status), "upgrade refused\n")
+        if refusal.retry_after is not None:
+            response.headers["Retry-After"] = refusal.retry_after
+        return response
+
     async def _handle(self, ws: ServerConnection) -> None:
         self.stats.connections += 1
         self.stats.open_connections += 1
@@ -168,7 +199,7 @@ class EchoEngine:
             if not await self._handshake(ws):
                 return
             async for message in ws:
-                frame = _decode(message)
+                frame = decode_frame(message)
                 if frame is None:
                     await send_json(
                         ws, rpc(id=None, error={"code": -32700, "message": "parse error"})
@@ -193,7 +224,7 @@ class EchoEngine:
             self.stats.open_connections -= 1
 
     async def _handshake(self, ws: ServerConnection) -> bool:
-        frame = _decode(await ws.recv())
+        frame = decode_frame(await ws.recv())
         if frame is None or frame.get("method") != "Engine.Handshake":
             await ws.close(1002, "expected Engine.Handshake first")
             return False
@@ -263,8 +294,8 @@ class EchoEngine:
 
     def _chat(self, params: Any) -> dict[str, Any]:
         model, prompt, reply = self._check_chat(params)
-        usage = self._usage(count_tokens(prompt), count_tokens(reply))
-        return {"model": model, "content": self._content(reply), **usage}
+        usage = usage_field(self.usage_names, count_tokens(prompt), count_tokens(reply))
+        return {"model": model, "content": content_of(reply, self.protocol_version), **usage}
 
     async def _stream(self, ws: ServerConnection, request_id: Any, params: Any) -> None:
         _, prompt, reply = self._check_chat(params)
@@ -284,7 +315,9 @@ class EchoEngine:
             last = index == len(pieces) - 1
             chunk: dict[str, Any] = {"stream_id": stream_id, "token": piece, "is_complete": last}
             if last:
-                chunk.update(self._usage(count_tokens(prompt), count_tokens(reply)))
+                chunk.update(
+                    usage_field(self.usage_names, count_tokens(prompt), count_tokens(reply))
+                )
             await send_json(ws, rpc(method="Engine.ChatChunk", params=chunk))
             if self.chunk_delay > 0 and not last:
                 await asyncio.sleep(self.chunk_delay)
@@ -301,7 +334,7 @@ class EchoEngine:
         if not isinstance(messages, list) or not messages:
             raise RpcFailure(-32602, "messages must be a non-empty array")
         texts = [
-            (str(m.get("role")), self._text_of(m.get("content")))
+            (str(m.get("role")), message_text(m.get("content"), self.protocol_version))
             for m in messages
             if isinstance(m, dict)
         ]
@@ -309,52 +342,13 @@ class EchoEngine:
         reply = self.reply if self.reply is not None else (users[-1] if users else "")
         return str(model), "\n".join(text for _, text in texts), reply
 
-    def _text_of(self, content: Any) -> str:
-        if self.protocol_version < 2:
-            if not isinstance(content, str):
-                raise RpcFailure(-32602, "protocol v1 expects message content as a string")
-            return content
-        if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
-            raise RpcFailure(-32602, "protocol v2 expects message content as a list of parts")
-        return "".join(str(p.get("data", "")) for p in content if p.get("mime") == "text/plain")
-
-    def _content(self, text: str) -> Any:
-        if self.protocol_version < 2:
-            return text
-        return [{"mime": "text/plain", "encoding": "utf-8", "data": text}]
-
-    def _usage(self, prompt: int, completion: int) -> dict[str, Any]:
-        """The ``usage`` field under the names ``usage_names`` says (none: no field)."""
-        if self.usage_names == "none":
-            return {}
-        if self.usage_names == "io":
-            return {"usage": {"input_tokens": prompt, "output_tokens": completion}}
-        return {"usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
-
     def _embed(self, params: Any) -> dict[str, Any]:
         model = params.get("model") if isinstance(params, dict) else None
         if model not in self.embedding_models:
             raise RpcFailure(-32602, f"unknown embedding model: {model}")
         inputs = embedding_inputs(params.get("input"))
-        usage = self._usage(sum(count_tokens(t) for t in inputs), 0)
+        usage = usage_field(self.usage_names, sum(count_tokens(t) for t in inputs), 0)
         return {"model": model, "embeddings": [fake_vector(t) for t in inputs], **usage}
-
-
-def _decode(message: str | bytes) -> dict[str, Any] | None:
-    try:
-        frame = msgspec.json.decode(message)
-    except msgspec.DecodeError:
-        return None
-    return frame if isinstance(frame, dict) else None
-
-
-def rpc(**fields: Any) -> dict[str, Any]:
-    """A JSON-RPC 2.0 message: ``id``+``result``/``error``, or ``method``+``params``."""
-    return {"jsonrpc": "2.0", **fields}
-
-
-async def send_json(ws: ServerConnection, payload: Any) -> None:
-    await ws.send(msgspec.json.encode(payload), text=True)
 
 
 # -- standalone ------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 
-from app.fakes.engine_echo import EchoEngine, rpc, send_json
+from app.fakes.engine_echo import EchoEngine
+from app.fakes.engine_wire import rpc, send_json
 
 NOT_JSON_FRAME = "this is {not JSON"
 NOT_JSONRPC_FRAME = '{"hello": "world"}'

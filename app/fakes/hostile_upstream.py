@@ -36,15 +36,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from app.fakes.common import (
-    Receive,
-    Scope,
-    Send,
-    read_body,
-    run_lifespan,
-    send_bytes,
-    send_json,
-)
+from app.fakes.asgi_io import Receive, Scope, Send, read_body, run_lifespan, send_bytes, send_json
 
 Mode = Literal[
     "well",

@@ -32,7 +32,8 @@ body that is not JSON), ``hang`` (calls never answer until released),
 ``processing_polls``, ``models`` (a create for another model is code 2013; empty
 accepts any), ``next_markers`` (markers for the next creates, one entry each; a create
 refused by ``create_error`` or ``fail_status`` does not use one).
-``fail_code`` puts a ``base_resp`` with that code in the ``fail_status`` answers;
+``fail_code`` puts a ``base_resp`` with that code in the ``fail_status`` answers and
+``retry_after`` a ``Retry-After`` header on them (a throttling upstream's 429);
 ``poll_error`` / ``retrieve_error`` make every poll / retrieve (the probe's poll too)
 answer that ``base_resp`` code. ``GET /__fake/stats`` shows the counters.
 
@@ -53,11 +54,9 @@ from urllib.parse import parse_qs
 
 import msgspec
 
-from app.fakes.common import (
+from app.fakes.asgi_io import (
     JSON_HEADERS,
-    MAX_RECORDED_REQUESTS,
     Receive,
-    RecordedRequest,
     Scope,
     Send,
     parse_json,
@@ -65,6 +64,7 @@ from app.fakes.common import (
     send_bytes,
     send_json,
 )
+from app.fakes.common import MAX_RECORDED_REQUESTS, RecordedRequest
 from app.fakes.minimax_scripts import FakeTask, Fault, script_of
 
 DEFAULT_MODELS = ("MiniMax-Hailuo-02", "T2V-01-Director", "I2V-01")
@@ -89,6 +89,7 @@ class MinimaxControl(msgspec.Struct, forbid_unknown_fields=True):
     processing_polls: int = 2
     fail_status: int | None = None
     fail_code: int | None = None
+    retry_after: str | None = None
     create_error: int | None = None
     poll_error: int | None = None
     retrieve_error: int | None = None
@@ -213,7 +214,10 @@ class FakeMinimax:
             self.stats.faults += 1
             code = self.control.fail_code
             answer = {"error": "fake failure"} if code is None else _resp({}, code, "fake failure")
-            await send_json(send, self.control.fail_status, answer)
+            retry_after = self.control.retry_after
+            throttle = () if retry_after is None else ((b"retry-after", retry_after.encode()),)
+            encoded = msgspec.json.encode(answer)
+            await send_bytes(send, self.control.fail_status, encoded, JSON_HEADERS + throttle)
             return
         if self.control.malformed:
             self.stats.faults += 1

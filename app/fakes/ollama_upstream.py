@@ -14,7 +14,8 @@ from typing import Any
 
 import msgspec
 
-from app.fakes.common import FakeRequest, FakeUpstream, send_json
+from app.fakes.asgi_io import send_json
+from app.fakes.common import FakeRequest, FakeUpstream
 from app.fakes.content import (
     count_tokens,
     dimensions_of,

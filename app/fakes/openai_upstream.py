@@ -15,7 +15,8 @@ from typing import Any
 
 import msgspec
 
-from app.fakes.common import FakeRequest, FakeUpstream, send_json
+from app.fakes.asgi_io import send_json
+from app.fakes.common import FakeRequest, FakeUpstream
 from app.fakes.content import (
     base64_vector,
     count_tokens,

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import uvicorn
 
-from app.fakes.common import ASGIApp
+from app.fakes.asgi_io import ASGIApp
 from app.lib.ports import bind_tcp
 from app.lib.tasks import wait_for_stop_signal
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from app.fakes.common import FakeRequest, send_bytes
+from app.fakes.asgi_io import send_bytes
+from app.fakes.common import FakeRequest
 from app.fakes.openai_upstream import FakeOpenAI
 
 PROMETHEUS_CONTENT_TYPE = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]

@@ -6,7 +6,7 @@ the same body. Rather than repeating that on a hundred decorators, the document 
 completed once, when the app starts, from those rules; a handler that answers more
 declares it beside its code with ``opt={"errors": (404, 429)}``.
 
-The statuses are kept complete by the test suite (``tests/status_contract.py``: every
+The statuses are kept complete by the test suite (``tests/support/status_contract.py``: every
 error status any test sees must be documented) and by the schemathesis job
 (``status_code_conformance``).
 """

@@ -45,9 +45,9 @@ from typing import Any, Literal
 import httpx
 import msgspec
 
+from app.fakes.asgi_io import Receive, Scope, Send, read_body
 from app.fakes.batching_engine import BatchingEngine, EngineRequest, EngineShape
 from app.fakes.batching_server import BatchingEngineServer
-from app.fakes.common import Receive, Scope, Send, read_body
 from app.fakes.serve import serve_asgi
 from app.lib.ports import free_port
 from bench.arona_sut import AronaDeployment, _arona_executable

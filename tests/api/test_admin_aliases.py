@@ -10,16 +10,16 @@ import httpx
 from litestar.testing import AsyncTestClient
 
 from app.lib.settings import Settings
-from tests.api.live_server import live_server
-from tests.api.routing_support import (
+from tests.support.api import Client, eventually, resources_of, set_user_flags, user_with_id
+from tests.support.helpers import assert_error
+from tests.support.live_server import live_server
+from tests.support.routing import (
     ADMIN,
     admin_client,
     routing_pg_settings,
     routing_settings,
 )
-from tests.api.support import Client, eventually, resources_of, set_user_flags, user_with_id
-from tests.conftest import AppFactory
-from tests.helpers import assert_error
+from tests.support.settings import AppFactory
 
 __all__ = ["admin_client", "routing_pg_settings", "routing_settings"]
 

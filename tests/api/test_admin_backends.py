@@ -23,9 +23,18 @@ from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.settings import Settings
 from app.server.resources import Resources
-from tests.api.auth_support import execute
-from tests.api.live_server import live_server
-from tests.api.routing_support import (
+from tests.support.api import (
+    Client,
+    create_api_key,
+    eventually,
+    resources_of,
+    set_user_flags,
+    user_with_id,
+)
+from tests.support.auth import execute
+from tests.support.helpers import assert_error, new_project
+from tests.support.live_server import live_server
+from tests.support.routing import (
     ADMIN,
     BACKEND_FIELDS,
     UPSTREAM_KEY,
@@ -38,16 +47,7 @@ from tests.api.routing_support import (
     upstream,
     wait_healthy,
 )
-from tests.api.support import (
-    Client,
-    create_api_key,
-    eventually,
-    resources_of,
-    set_user_flags,
-    user_with_id,
-)
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import assert_error, new_project
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["admin_client", "routing_settings", "upstream"]
 

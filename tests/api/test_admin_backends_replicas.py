@@ -11,8 +11,9 @@ from litestar.testing import AsyncTestClient
 
 from app.lib.settings import Settings, load_settings
 from app.lib.vault import generate_key_spec
-from tests.api.live_server import live_server
-from tests.api.routing_support import (
+from tests.support.api import eventually, resources_of
+from tests.support.live_server import live_server
+from tests.support.routing import (
     ADMIN,
     UPSTREAM_KEY,
     Upstream,
@@ -24,8 +25,7 @@ from tests.api.routing_support import (
     upstream,
     wait_healthy,
 )
-from tests.api.support import eventually, resources_of
-from tests.conftest import AppFactory, with_settings
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["routing_pg_settings", "routing_settings", "upstream"]
 

@@ -14,7 +14,8 @@ from uuid import UUID
 import pytest
 
 from app.domain.conversations.pins import FallbackPinService
-from tests.api.conversation_support import (
+from tests.support.api import Client, set_user_flags, settings_of, user_with_id
+from tests.support.conversations import (
     ADMIN,
     MISSING,
     RUNTIME_BASE,
@@ -26,8 +27,7 @@ from tests.api.conversation_support import (
     new_tenant,
     pg_client,
 )
-from tests.api.support import Client, set_user_flags, settings_of, user_with_id
-from tests.helpers import assert_error
+from tests.support.helpers import assert_error
 
 __all__ = ["both_client", "pg_client"]
 

@@ -12,8 +12,10 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from app.routing.profiles import Profile
-from tests.api.auth_support import fresh_database
-from tests.api.profiles_support import (
+from tests.support.api import Client, resources_of, set_user_flags, settings_of, user_with_id
+from tests.support.auth import fresh_database
+from tests.support.helpers import assert_error, new_user
+from tests.support.profiles import (
     ADMIN,
     ADMIN_TOKEN,
     BASE,
@@ -31,9 +33,7 @@ from tests.api.profiles_support import (
     runtime_headers,
     unique_id,
 )
-from tests.api.support import Client, resources_of, set_user_flags, settings_of, user_with_id
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import assert_error, new_user
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["app_client", "profiles_database", "profiles_settings"]
 

@@ -22,7 +22,7 @@ from app.db.models import AgentNode
 from app.domain.agents.sessions import MAX_BAD_FRAMES
 from app.lib.hashing import sha256_hex
 from app.lib.settings import Settings
-from tests.api.agents_support import (
+from tests.support.agents import (
     ADMIN,
     FakeAgent,
     Panel,
@@ -33,10 +33,10 @@ from tests.api.agents_support import (
     serve_panel,
     unique,
 )
-from tests.api.auth_support import execute
-from tests.api.support import eventually
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import assert_error, bearer, new_user
+from tests.support.api import eventually
+from tests.support.auth import execute
+from tests.support.helpers import assert_error, bearer, new_user
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["agents_settings", "panel"]
 

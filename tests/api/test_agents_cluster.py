@@ -17,7 +17,7 @@ from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.clock import utcnow
 from app.lib.settings import Settings
-from tests.api.agents_support import (
+from tests.support.agents import (
     ADMIN,
     Panel,
     agents_settings,
@@ -27,10 +27,10 @@ from tests.api.agents_support import (
     project_sdk,
     serve_panel,
 )
-from tests.api.auth_support import execute
-from tests.api.support import eventually
-from tests.conftest import AppFactory
-from tests.helpers import assert_error
+from tests.support.api import eventually
+from tests.support.auth import execute
+from tests.support.helpers import assert_error
+from tests.support.settings import AppFactory
 
 __all__ = ["agents_settings", "panel"]
 

@@ -18,7 +18,7 @@ from app.domain.agents.events import CHANNEL
 from app.domain.backends.schemas import NAME_PATTERN
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.api.agents_support import (
+from tests.support.agents import (
     ADMIN,
     FakeAgent,
     Panel,
@@ -29,8 +29,8 @@ from tests.api.agents_support import (
     panel,
     project_sdk,
 )
-from tests.api.support import eventually
-from tests.helpers import assert_error
+from tests.support.api import eventually
+from tests.support.helpers import assert_error
 
 __all__ = ["agents_settings", "panel"]
 

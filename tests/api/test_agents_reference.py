@@ -21,7 +21,7 @@ from app.agent.processes import build_argv
 from app.agent.telemetry import parse_nvidia_smi
 from app.domain.agents.backends import backend_name
 from app.lib.settings import Settings
-from tests.api.agents_support import (
+from tests.support.agents import (
     ADMIN,
     Panel,
     agents_settings,
@@ -30,8 +30,8 @@ from tests.api.agents_support import (
     run_agent,
     serve_panel,
 )
-from tests.api.support import eventually
-from tests.conftest import AppFactory
+from tests.support.api import eventually
+from tests.support.settings import AppFactory
 
 __all__ = ["agents_settings", "panel"]
 

@@ -14,7 +14,7 @@ from litestar.testing import AsyncTestClient
 
 from app.lib.settings import Settings
 from app.server.app import create_app
-from tests.api.auth_support import (
+from tests.support.auth import (
     CountingHasher,
     cheap_hasher,
     claims_of,
@@ -23,8 +23,8 @@ from tests.api.auth_support import (
     set_disabled,
     stored_password_hash,
 )
-from tests.conftest import AppFactory
-from tests.helpers import PASSWORD, assert_error, bearer, login, register, unique_email
+from tests.support.helpers import PASSWORD, assert_error, bearer, login, register, unique_email
+from tests.support.settings import AppFactory
 
 USER_FIELDS = {"id", "email", "name", "isAdmin", "disabled", "createdAt"}
 TOKEN_FIELDS = {"accessToken", "refreshToken", "expiresIn", "refreshExpiresIn", "tokenType"}

@@ -28,9 +28,9 @@ from app.fakes.serve import serve_asgi
 from app.lib.passwords import PasswordHasher
 from app.server.app import create_app
 from app.server.resources import Resources
-from tests.api.live_server import live_server
-from tests.conftest import REDIS_URL, base_settings
-from tests.helpers import PASSWORD, bearer, console_login, unique_email
+from tests.support.helpers import PASSWORD, bearer, console_login, unique_email
+from tests.support.live_server import live_server
+from tests.support.settings import REDIS_URL, base_settings
 
 ADMIN_TOKEN = "admin-" + "d" * 40
 TABS = (

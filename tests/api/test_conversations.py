@@ -25,7 +25,8 @@ from app.domain.conversations.pins import FallbackPinService
 from app.domain.conversations.schemas import MessageIn
 from app.domain.conversations.services import ConversationService
 from app.lib.errors import BadRequestError, NotFoundError
-from tests.api.conversation_support import (
+from tests.support.api import Client, user_with_id
+from tests.support.conversations import (
     ADMIN,
     CONVERSATION_FIELDS,
     MESSAGE_FIELDS,
@@ -39,8 +40,7 @@ from tests.api.conversation_support import (
     new_tenant,
     pg_client,
 )
-from tests.api.support import Client, user_with_id
-from tests.helpers import assert_error
+from tests.support.helpers import assert_error
 
 __all__ = ["both_client", "pg_client"]
 

@@ -24,7 +24,7 @@ from sqlalchemy import select
 from app.db.models import ApiKey, RuntimeToken
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
-from tests.api.support import (
+from tests.support.api import (
     Client,
     create_api_key,
     create_runtime_token,
@@ -34,8 +34,8 @@ from tests.api.support import (
     settings_of,
     user_with_id,
 )
-from tests.conftest import JWT_SECRET, AppFactory, with_settings
-from tests.helpers import assert_error, bearer, new_project, new_user
+from tests.support.helpers import assert_error, bearer, new_project, new_user
+from tests.support.settings import JWT_SECRET, AppFactory, with_settings
 
 KEY_FORMAT = re.compile(r"^ak-[A-Za-z0-9_-]{43}$")
 KEY_LIST_FIELDS = {"id", "name", "prefix", "createdAt", "lastUsedAt", "revokedAt"}

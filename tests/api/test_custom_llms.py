@@ -33,11 +33,11 @@ from app.lib.settings import Settings
 from app.lib.vault import VaultDecryptError
 from app.server.app import create_app
 from app.server.resources import Resources
-from tests.api.auth_support import execute
-from tests.api.live_server import live_server
-from tests.api.support import eventually
-from tests.conftest import REDIS_URL, base_settings, with_settings
-from tests.helpers import PASSWORD, assert_error, bearer, unique_email
+from tests.support.api import eventually
+from tests.support.auth import execute
+from tests.support.helpers import PASSWORD, assert_error, bearer, unique_email
+from tests.support.live_server import live_server
+from tests.support.settings import REDIS_URL, base_settings, with_settings
 
 KEY = "sk-test-0123456789abcdef"
 ADMIN_TOKEN = "custom-llms-admin-" + "a" * 32

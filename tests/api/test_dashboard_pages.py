@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.db.models import BackendConfig, Conversation, FallbackPin, Project, UsageRecord, User
 from app.domain.dashboard.stream import SentCache, encode, feed_events
 from app.lib.events.base import Event
@@ -29,11 +29,11 @@ from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
 from app.routing.health import HEALTH_CHANNEL
 from app.server.resources import Resources
-from tests.api.auth_support import fresh_database
-from tests.api.live_server import live_server
-from tests.api.support import eventually
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import PASSWORD, bearer, console_login, unique_email
+from tests.support.api import eventually
+from tests.support.auth import fresh_database
+from tests.support.helpers import PASSWORD, bearer, console_login, unique_email
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "admin-" + "d" * 40
 ADMIN_API = bearer(ADMIN_TOKEN)

@@ -15,17 +15,17 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.domain.dashboard.usage import usage_totals
 from app.domain.usage.entry import UsageEntry
 from app.domain.usage.writer import UsageWriter
 from app.lib.clock import utcnow
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
-from tests.api.auth_support import fresh_database
-from tests.api.live_server import live_server
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import PASSWORD, bearer, console_login, unique_email
+from tests.support.auth import fresh_database
+from tests.support.helpers import PASSWORD, bearer, console_login, unique_email
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "admin-" + "u" * 40
 STAT = re.compile(r"<dt>([^<]+)</dt><dd>([^<]*)</dd>")

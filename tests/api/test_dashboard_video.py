@@ -15,12 +15,14 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.db.models import User
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
-from tests.api.rpc_support import Replica, rpc_socket, serve, video_setup
-from tests.api.video_support import (
+from tests.support.helpers import PASSWORD, console_login, unique_email
+from tests.support.rpc import Replica, rpc_socket, serve, video_setup
+from tests.support.settings import AppFactory
+from tests.support.video import (
     Minimax,
     create_job,
     minimax,
@@ -28,8 +30,6 @@ from tests.api.video_support import (
     video_pg_settings,
     wait_status,
 )
-from tests.conftest import AppFactory
-from tests.helpers import PASSWORD, console_login, unique_email
 
 __all__ = ["minimax", "video_pg_settings"]
 

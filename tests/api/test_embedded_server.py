@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from app.lib.settings import Settings
-from tests.api.live_server import live_server
-from tests.conftest import AppFactory, base_settings
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, base_settings
 
 
 async def test_a_failed_start_up_is_an_error_and_the_loop_goes_on(

@@ -16,10 +16,10 @@ import uvicorn.config
 from litestar import get
 from litestar.testing import AsyncTestClient
 
-from tests.api.live_server import live_server
-from tests.api.support import create_api_key
-from tests.faults.redis_instance import RedisInstance
-from tests.helpers import assert_error, bearer, new_project, new_user
+from tests.support.api import create_api_key
+from tests.support.helpers import assert_error, bearer, new_project, new_user
+from tests.support.live_server import live_server
+from tests.support.redis_instance import RedisInstance
 
 
 async def test_unknown_route_is_a_404_in_the_error_shape(any_client):
@@ -320,7 +320,7 @@ DOCUMENTED_SINCE_STEP_10 = [
 
 async def test_openapi_lists_the_statuses_these_operations_really_answer(client):
     # Each was answered by the server and missing from the document; the suite keeps
-    # the rest honest (tests/status_contract.py) and so does the schemathesis job.
+    # the rest honest (tests/support/status_contract.py) and so does the schemathesis job.
     paths = (await client.get("/schema/openapi.json")).json()["paths"]
     for method, path, statuses in DOCUMENTED_SINCE_STEP_10:
         documented = set(paths[path][method]["responses"])

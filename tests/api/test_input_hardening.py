@@ -14,12 +14,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from app.domain.conversations.schemas import MAX_MESSAGES
+from app.domain.paging import MAX_OFFSET
 from app.lib.input_checks import MAX_JSON_DEPTH
-from app.lib.pagination import MAX_OFFSET
 from app.lib.settings import Settings
-from tests.api.support import create_runtime_token
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import (
+from tests.support.api import create_runtime_token
+from tests.support.helpers import (
     PASSWORD,
     assert_error,
     bearer,
@@ -28,6 +27,7 @@ from tests.helpers import (
     new_user,
     unique_email,
 )
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "hardening-admin-" + "h" * 32
 ADMIN = bearer(ADMIN_TOKEN)

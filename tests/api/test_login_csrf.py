@@ -13,8 +13,8 @@ from litestar.testing import AsyncTestClient
 
 from app.domain.web.presession import PRESESSION_COOKIE
 from app.lib.settings import Settings
-from tests.conftest import AppFactory
-from tests.helpers import PASSWORD, console_login, register, unique_email
+from tests.support.helpers import PASSWORD, console_login, register, unique_email
+from tests.support.settings import AppFactory
 
 TOKEN = re.compile(r'name="csrf_token" value="([^"]*)"')
 

@@ -12,7 +12,16 @@ import pytest
 
 from app.fakes.minimax_upstream import FakeMinimax
 from app.fakes.serve import serve_asgi
-from tests.api.routing_support import (
+from tests.support.api import (
+    Client,
+    create_api_key,
+    eventually,
+    resources_of,
+    set_user_flags,
+    user_with_id,
+)
+from tests.support.helpers import assert_error, bearer, console_login, new_project
+from tests.support.routing import (
     ADMIN,
     admin_client,
     backend,
@@ -21,15 +30,6 @@ from tests.api.routing_support import (
     unique_name,
     wait_healthy,
 )
-from tests.api.support import (
-    Client,
-    create_api_key,
-    eventually,
-    resources_of,
-    set_user_flags,
-    user_with_id,
-)
-from tests.helpers import assert_error, bearer, console_login, new_project
 
 __all__ = ["admin_client", "routing_settings"]
 

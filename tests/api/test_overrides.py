@@ -24,7 +24,7 @@ from sqlalchemy import select
 from app.db.models import OverrideKey
 from app.lib.settings import Settings
 from app.lib.vault import MASK, VaultDecryptError, aad
-from tests.api.support import (
+from tests.support.api import (
     Client,
     create_api_key,
     create_runtime_token,
@@ -32,8 +32,8 @@ from tests.api.support import (
     resources_of,
     settings_of,
 )
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import assert_error, bearer, new_project, new_user
+from tests.support.helpers import assert_error, bearer, new_project, new_user
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "admin-" + "o" * 40
 ADMIN = bearer(ADMIN_TOKEN)

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.api.profiles_support import (
+from tests.support.api import Client, user_with_id
+from tests.support.helpers import assert_error
+from tests.support.profiles import (
     ADMIN,
     CATALOG_FIELDS,
     api_key_headers,
@@ -21,8 +23,6 @@ from tests.api.profiles_support import (
     put_models,
     runtime_headers,
 )
-from tests.api.support import Client, user_with_id
-from tests.helpers import assert_error
 
 __all__ = ["app_client", "profiles_database", "profiles_settings"]
 

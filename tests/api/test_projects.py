@@ -18,7 +18,7 @@ from app.db.config import build_db_config
 from app.db.migrate import upgrade
 from app.domain.projects.services import ProjectService
 from app.lib.errors import ConflictError
-from tests.api.support import (
+from tests.support.api import (
     Client,
     create_api_key,
     create_runtime_token,
@@ -26,8 +26,8 @@ from tests.api.support import (
     settings_of,
     user_with_id,
 )
-from tests.conftest import AppFactory, base_settings, with_settings
-from tests.helpers import assert_error, bearer, new_project, new_user, unique_email
+from tests.support.helpers import assert_error, bearer, new_project, new_user, unique_email
+from tests.support.settings import AppFactory, base_settings, with_settings
 
 ISO_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")
 PROJECT_FIELDS = {"id", "name", "slug", "ownerId", "role", "createdAt", "updatedAt"}

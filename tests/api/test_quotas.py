@@ -19,11 +19,11 @@ from litestar.testing import AsyncTestClient
 from app.domain.quotas.gate import QuotaExceededError, QuotaGate, QuotaUnavailableError
 from app.lib.settings import Settings
 from app.server.errors import exception_handlers
-from tests.api.conversation_support import ADMIN, ADMIN_TOKEN, MISSING, both_client, new_tenant
-from tests.api.live_server import live_server
-from tests.api.support import Client, eventually, resources_of, set_user_flags, user_with_id
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import assert_error, new_project, new_user
+from tests.support.api import Client, eventually, resources_of, set_user_flags, user_with_id
+from tests.support.conversations import ADMIN, ADMIN_TOKEN, MISSING, both_client, new_tenant
+from tests.support.helpers import assert_error, new_project, new_user
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["both_client"]
 

@@ -14,7 +14,9 @@ from websockets.exceptions import InvalidStatus
 
 from app.domain.rpc.dispatch import Dispatcher, Method
 from app.lib.settings import Settings
-from tests.api.rpc_support import (
+from tests.support.api import create_runtime_token
+from tests.support.helpers import bearer, new_user
+from tests.support.rpc import (
     Replica,
     call,
     error,
@@ -26,10 +28,8 @@ from tests.api.rpc_support import (
     server,
     video_setup,
 )
-from tests.api.support import create_runtime_token
-from tests.api.video_support import Minimax, minimax, new_tenant, video_pg_settings
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import bearer, new_user
+from tests.support.settings import AppFactory, with_settings
+from tests.support.video import Minimax, minimax, new_tenant, video_pg_settings
 
 __all__ = ["minimax", "server", "video_pg_settings"]
 

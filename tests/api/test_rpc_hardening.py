@@ -3,8 +3,8 @@ Each is a JSON-RPC error naming what is wrong, never a -32603 internal error."""
 
 from __future__ import annotations
 
-from tests.api.rpc_support import Replica, call, error, post_rpc, server, video_setup
-from tests.api.video_support import Minimax, minimax, new_tenant, video_pg_settings
+from tests.support.rpc import Replica, call, error, post_rpc, server, video_setup
+from tests.support.video import Minimax, minimax, new_tenant, video_pg_settings
 
 __all__ = ["minimax", "server", "video_pg_settings"]
 

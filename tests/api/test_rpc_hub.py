@@ -18,7 +18,8 @@ from app.domain.video.events import CHANNEL, notification_of
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
 from app.lib.settings import Settings
-from tests.api.rpc_support import (
+from tests.support.api import eventually
+from tests.support.rpc import (
     Replica,
     RpcSocket,
     call,
@@ -28,9 +29,8 @@ from tests.api.rpc_support import (
     serve,
     video_setup,
 )
-from tests.api.support import eventually
-from tests.api.video_support import Minimax, minimax, video_pg_settings
-from tests.conftest import REDIS_URL, AppFactory, with_settings
+from tests.support.settings import REDIS_URL, AppFactory, with_settings
+from tests.support.video import Minimax, minimax, video_pg_settings
 
 __all__ = ["minimax", "video_pg_settings"]
 

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from app.fakes.minimax_upstream import VIDEO_BYTES
-from tests.api.rpc_support import (
+from tests.support.rpc import (
     PRICE,
     Replica,
     SseStream,
@@ -21,7 +21,7 @@ from tests.api.rpc_support import (
     server,
     video_setup,
 )
-from tests.api.video_support import (
+from tests.support.video import (
     Minimax,
     create_job,
     minimax,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from app.lib.settings import Settings
-from tests.api.routing_support import wait_healthy
-from tests.api.rpc_support import (
+from tests.support.routing import wait_healthy
+from tests.support.rpc import (
     PRICE,
     Replica,
     assert_forward_only,
@@ -19,8 +19,8 @@ from tests.api.rpc_support import (
     serve,
     video_setup,
 )
-from tests.api.video_support import Minimax, job_row, minimax, video_pg_settings
-from tests.conftest import AppFactory
+from tests.support.settings import AppFactory
+from tests.support.video import Minimax, job_row, minimax, video_pg_settings
 
 __all__ = ["minimax", "video_pg_settings"]
 

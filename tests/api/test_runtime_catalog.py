@@ -23,9 +23,11 @@ from app.lib.errors import BadRequestError, NotFoundError
 from app.lib.settings import Settings
 from app.routing.profiles import Profile, ProfileTable
 from app.server.resources import Resources
-from tests.api.auth_support import http_login, http_register
-from tests.api.live_server import live_server
-from tests.api.profiles_support import (
+from tests.support.api import Client, create_runtime_token, eventually
+from tests.support.auth import http_login, http_register
+from tests.support.helpers import assert_error, bearer, unique_email
+from tests.support.live_server import live_server
+from tests.support.profiles import (
     ADMIN,
     BASE,
     CATALOG_FIELDS,
@@ -43,9 +45,7 @@ from tests.api.profiles_support import (
     query_log,
     runtime_headers,
 )
-from tests.api.support import Client, create_runtime_token, eventually
-from tests.conftest import AppFactory
-from tests.helpers import assert_error, bearer, unique_email
+from tests.support.settings import AppFactory
 
 __all__ = ["app_client", "profiles_database", "profiles_settings"]
 

@@ -32,9 +32,11 @@ from app.lib.events.redis import RedisEventBus
 from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
 from app.lib.vault import Vault
-from tests.api.conversation_support import Tenant, db_config, new_tenant
-from tests.api.live_server import live_server
-from tests.api.secrets_support import (
+from tests.support.api import Client, create_runtime_token, resources_of, settings_of
+from tests.support.conversations import Tenant, db_config, new_tenant
+from tests.support.helpers import assert_error, bearer, new_user
+from tests.support.live_server import live_server
+from tests.support.secrets import (
     ADMIN,
     ADMIN_TOKEN,
     MISSING,
@@ -49,9 +51,7 @@ from tests.api.secrets_support import (
     secrets_client,
     stored_token,
 )
-from tests.api.support import Client, create_runtime_token, resources_of, settings_of
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import assert_error, bearer, new_user
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["secrets_client"]
 

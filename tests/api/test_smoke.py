@@ -1,4 +1,4 @@
-from tests.helpers import bearer, login, new_project, register, unique_email
+from tests.support.helpers import bearer, login, new_project, register, unique_email
 
 
 async def test_register_login_me_project_key(any_client):

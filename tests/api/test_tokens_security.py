@@ -20,7 +20,7 @@ from litestar.testing import AsyncTestClient
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
 from app.server.app import create_app
-from tests.api.auth_support import (
+from tests.support.auth import (
     CountingHasher,
     cheap_hasher,
     claims_of,
@@ -28,9 +28,7 @@ from tests.api.auth_support import (
     http_login,
     http_register,
 )
-from tests.api.live_server import live_server
-from tests.conftest import JWT_SECRET, AppFactory
-from tests.helpers import (
+from tests.support.helpers import (
     assert_error,
     bearer,
     login,
@@ -39,6 +37,8 @@ from tests.helpers import (
     register,
     unique_email,
 )
+from tests.support.live_server import live_server
+from tests.support.settings import JWT_SECRET, AppFactory
 
 OTHER_SECRET = "another-secret-" + "y" * 40
 

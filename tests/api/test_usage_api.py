@@ -19,7 +19,8 @@ from app.db.config import install_sqlite_pragmas
 from app.domain.usage.entry import UsageEntry
 from app.domain.usage.services import UsageFilters, UsageRecordService
 from app.domain.usage.writer import UsageWriter
-from tests.api.conversation_support import (
+from tests.support.api import Client, db_session, settings_of
+from tests.support.conversations import (
     ADMIN,
     MISSING,
     Tenant,
@@ -27,8 +28,7 @@ from tests.api.conversation_support import (
     new_tenant,
     pg_client,
 )
-from tests.api.support import Client, db_session, settings_of
-from tests.helpers import assert_error
+from tests.support.helpers import assert_error
 
 __all__ = ["both_client", "pg_client"]
 
@@ -335,7 +335,7 @@ async def test_day_buckets_ignore_the_session_time_zone(pg_client: Client) -> No
 async def test_members_keys_and_admins_read_usage(both_client: Client) -> None:
     seeded = await seed(both_client)
     tenant = seeded.tenant
-    from tests.helpers import new_user
+    from tests.support.helpers import new_user
 
     email, member = await new_user(both_client, "member")
     response = await both_client.post(

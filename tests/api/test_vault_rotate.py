@@ -41,10 +41,11 @@ from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.settings import Settings, VaultKey
 from app.lib.vault import Vault
-from tests.api.auth_support import fresh_database
-from tests.api.conversation_support import Tenant, new_tenant
-from tests.api.live_server import live_server
-from tests.api.secrets_support import (
+from tests.support.api import eventually
+from tests.support.auth import fresh_database
+from tests.support.conversations import Tenant, new_tenant
+from tests.support.live_server import live_server
+from tests.support.secrets import (
     ADMIN,
     ADMIN_TOKEN,
     add_custom_llm,
@@ -55,8 +56,7 @@ from tests.api.secrets_support import (
     new_key,
     plaintext,
 )
-from tests.api.support import eventually
-from tests.conftest import AppFactory, with_settings
+from tests.support.settings import AppFactory, with_settings
 
 K0, K1, K2 = new_key("k0"), new_key("k1"), new_key("k2")
 ARONA = str(Path(sys.executable).parent / "arona")

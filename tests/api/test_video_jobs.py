@@ -22,9 +22,11 @@ from app.domain.video.schemas import VideoJobOut
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.settings import Settings
-from tests.api.live_server import live_server
-from tests.api.routing_support import ADMIN, register_backend, wait_healthy
-from tests.api.video_support import (
+from tests.support.helpers import assert_error, new_user
+from tests.support.live_server import live_server
+from tests.support.routing import ADMIN, register_backend, wait_healthy
+from tests.support.settings import AppFactory
+from tests.support.video import (
     FINAL,
     Minimax,
     add_minimax_backend,
@@ -40,8 +42,6 @@ from tests.api.video_support import (
     video_sqlite_settings,
     wait_status,
 )
-from tests.conftest import AppFactory
-from tests.helpers import assert_error, new_user
 
 __all__ = ["minimax", "video_pg_settings", "video_sqlite_settings"]
 

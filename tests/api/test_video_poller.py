@@ -25,10 +25,12 @@ from app.domain.video.poller import VideoPoller
 from app.domain.video.store import JobStore
 from app.lib.clock import utcnow
 from app.lib.settings import Settings
-from tests.api.live_server import live_server
-from tests.api.routing_support import wait_healthy
-from tests.api.support import eventually
-from tests.api.video_support import (
+from tests.support.api import eventually
+from tests.support.helpers import assert_error
+from tests.support.live_server import live_server
+from tests.support.routing import wait_healthy
+from tests.support.settings import AppFactory, with_settings
+from tests.support.video import (
     FINAL,
     Minimax,
     add_minimax_backend,
@@ -42,8 +44,6 @@ from tests.api.video_support import (
     video_sqlite_settings,
     wait_status,
 )
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import assert_error
 
 __all__ = ["minimax", "video_pg_settings", "video_sqlite_settings"]
 

@@ -35,9 +35,10 @@ from app.fakes.vllm_upstream import FakeVllm
 from app.lib.settings import Settings
 from app.lib.vault import Vault
 from app.routing.registry import BackendRegistry
-from tests.api.auth_support import execute
-from tests.api.live_server import live_server
-from tests.api.routing_support import (
+from tests.support.api import eventually, resources_of
+from tests.support.auth import execute
+from tests.support.live_server import live_server
+from tests.support.routing import (
     ADMIN,
     UPSTREAM_KEY,
     backend,
@@ -47,8 +48,7 @@ from tests.api.routing_support import (
     unique_name,
     wait_healthy,
 )
-from tests.api.support import eventually, resources_of
-from tests.conftest import AppFactory, with_settings
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["routing_pg_settings", "routing_settings"]
 

@@ -12,7 +12,6 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Generator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +19,14 @@ import httpx
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
 from app.server.resources import Resources
-from tests.api.auth_support import fresh_database
-from tests.api.live_server import live_server
-from tests.conftest import AppFactory, with_settings
-
-CHROMIUM = os.environ.get("ARONA_TEST_CHROMIUM", "/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "browser"
-ADMIN_PASSWORD = "browser-admin-" + "p" * 12
-TIMEOUT_MS = 10_000
-
-
-@dataclass
-class Site:
-    url: str
-    resources: Resources
-    admin_email: str
-    http: httpx.AsyncClient
-
-    @property
-    def settings(self) -> Settings:
-        return self.resources.settings
+from tests.support.auth import fresh_database
+from tests.support.browser import ADMIN_PASSWORD, CHROMIUM, SCREENSHOTS, TIMEOUT_MS, Site
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
 
 
 @pytest.fixture(scope="module")
@@ -121,15 +104,3 @@ async def context(
 @pytest.fixture
 async def page(context: BrowserContext) -> Page:
     return await context.new_page()
-
-
-async def log_in(page: Page, site: Site, email: str, password: str) -> None:
-    await page.goto(f"{site.url}/login")
-    await page.get_by_label("Email").fill(email)
-    await page.get_by_label("Password").fill(password)
-    await page.get_by_role("button", name="Log in").click()
-    await page.wait_for_url(re.compile(r".*/projects$"))
-
-
-async def log_in_as_admin(page: Page, site: Site) -> None:
-    await log_in(page, site, site.admin_email, ADMIN_PASSWORD)

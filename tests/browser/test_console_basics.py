@@ -7,7 +7,7 @@ import re
 
 from playwright.async_api import Page, expect
 
-from tests.browser.conftest import ADMIN_PASSWORD, Site, log_in_as_admin
+from tests.support.browser import ADMIN_PASSWORD, Site, log_in_as_admin
 
 
 async def test_log_in_create_a_project_and_log_out(page: Page, site: Site) -> None:

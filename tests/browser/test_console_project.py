@@ -12,7 +12,7 @@ from playwright.async_api import ConsoleMessage, Page, expect
 
 from app.domain.usage.entry import UsageEntry
 from app.domain.usage.writer import UsageWriter
-from tests.browser.conftest import Site, log_in_as_admin
+from tests.support.browser import Site, log_in_as_admin
 
 TAB_LABELS = (
     "Overview",

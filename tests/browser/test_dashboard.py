@@ -22,7 +22,7 @@ from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
 from app.lib.ports import free_port
-from tests.browser.conftest import ADMIN_PASSWORD, Site, log_in_as_admin
+from tests.support.browser import ADMIN_PASSWORD, Site, log_in_as_admin
 
 OK = re.compile(r"(^|\s)ok(\s|$)")
 BAD = re.compile(r"(^|\s)bad(\s|$)")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from playwright.async_api import Dialog, Page, expect
 
-from tests.api.agents_support import run_agent
-from tests.browser.conftest import Site, log_in_as_admin
+from tests.support.agents import run_agent
+from tests.support.browser import Site, log_in_as_admin
 
 
 def _accept_dialogs(page: Page) -> None:

@@ -16,12 +16,12 @@ import pytest
 from playwright.async_api import Dialog, Page, expect
 
 from app.lib.settings import Settings
-from tests.api.auth_support import fresh_database
-from tests.api.routing_support import ADMIN_TOKEN
-from tests.api.rpc_support import PRICE, Replica, call, result, video_setup
-from tests.api.video_support import VIDEO_TEST_SETTINGS, Minimax, create_job, minimax
-from tests.browser.conftest import Site, log_in_as_admin
-from tests.conftest import with_settings
+from tests.support.auth import fresh_database
+from tests.support.browser import Site, log_in_as_admin
+from tests.support.routing import ADMIN_TOKEN
+from tests.support.rpc import PRICE, Replica, call, result, video_setup
+from tests.support.settings import with_settings
+from tests.support.video import VIDEO_TEST_SETTINGS, Minimax, create_job, minimax
 
 __all__ = ["minimax"]
 

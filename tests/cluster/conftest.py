@@ -9,7 +9,7 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import Cluster, Tenant, new_tenant, running_cluster, unique
+from tests.support.cluster import Cluster, Tenant, new_tenant, running_cluster, unique
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import (
+from tests.support.cluster import (
     ADMIN,
     PROPAGATION_BOUND_SECONDS,
     PROPAGATION_TARGET_SECONDS,
@@ -29,7 +29,7 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.helpers import bearer, custom_llm_body
+from tests.support.helpers import bearer, custom_llm_body
 
 pytestmark = pytest.mark.cluster
 

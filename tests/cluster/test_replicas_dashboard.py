@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.bootstrap import create_admin
+from app.cli.bootstrap import create_admin
 from app.db.config import build_db_config
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.passwords import PasswordHasher
-from tests.cluster.support import (
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     backend_status,
@@ -27,8 +27,8 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.conftest import base_settings
-from tests.helpers import PASSWORD, console_login, unique_email
+from tests.support.helpers import PASSWORD, console_login, unique_email
+from tests.support.settings import base_settings
 
 pytestmark = pytest.mark.cluster
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import (
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     Tenant,
@@ -21,8 +21,8 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.gateway.runtime_support import ChatResult, parse_sse
-from tests.helpers import bearer
+from tests.support.helpers import bearer
+from tests.support.runtime import ChatResult, parse_sse
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
-from tests.cluster.support import (
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     Tenant,
@@ -18,7 +18,7 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.helpers import bearer
+from tests.support.helpers import bearer
 
 pytestmark = pytest.mark.cluster
 

@@ -14,7 +14,8 @@ from redis.asyncio import Redis
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import (
+from tests.cluster.test_replicas_pins import backends, conversation, create_profile, turn
+from tests.support.cluster import (
     ADMIN,
     PROPAGATION_BOUND_SECONDS,
     PROPAGATION_TARGET_SECONDS,
@@ -26,12 +27,11 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.cluster.test_replicas_pins import backends, conversation, create_profile, turn
-from tests.conftest import REDIS_URL
+from tests.support.settings import REDIS_URL
 
 pytestmark = pytest.mark.cluster
 
-HEALTH_INTERVAL = 0.5  # ARONA_HEALTH_INTERVAL_SECONDS in tests/cluster/support.py
+HEALTH_INTERVAL = 0.5  # ARONA_HEALTH_INTERVAL_SECONDS in tests/support/cluster.py
 DEADLINE_SECONDS = 10.0
 """How long a polled condition may take before the test fails: many times what it
 takes (printed where it is a figure), so a slow shared machine does not fail the test;

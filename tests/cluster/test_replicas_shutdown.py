@@ -21,7 +21,7 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import (
+from tests.support.cluster import (
     Cluster,
     eventually,
     new_tenant,

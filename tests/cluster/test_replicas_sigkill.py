@@ -30,7 +30,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import (
+from tests.support.cluster import (
     Cluster,
     create_api_key,
     eventually,

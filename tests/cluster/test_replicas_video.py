@@ -19,8 +19,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.cluster.support import Cluster, Tenant, eventually, new_tenant, running_cluster, unique
-from tests.cluster.video_support import (
+from tests.support.cluster import Cluster, Tenant, eventually, new_tenant, running_cluster, unique
+from tests.support.cluster_video import (
     FINAL,
     Poll,
     WatchedMinimax,

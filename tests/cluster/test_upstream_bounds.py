@@ -18,8 +18,8 @@ import pytest
 
 from app.fakes.hostile_upstream import HostileUpstream
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import Cluster, Tenant, new_tenant, running_cluster, unique
-from tests.helpers import custom_llm_body
+from tests.support.cluster import Cluster, Tenant, new_tenant, running_cluster, unique
+from tests.support.helpers import custom_llm_body
 
 OVERSIZE = 100 * 1024 * 1024
 """What the issue measured: ~100 MB answers to 4 concurrent calls took a replica

@@ -30,7 +30,17 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.fault_upstreams import (
+from tests.support.cluster import (
+    ADMIN,
+    Cluster,
+    Tenant,
+    eventually,
+    register_backend,
+    running_cluster,
+    unique,
+    wait_healthy_everywhere,
+)
+from tests.support.fault_upstreams import (
     Fault,
     Latencies,
     Outcome,
@@ -42,16 +52,6 @@ from tests.cluster.fault_upstreams import (
     interleave,
     lowest_while,
     p50,
-)
-from tests.cluster.support import (
-    ADMIN,
-    Cluster,
-    Tenant,
-    eventually,
-    register_backend,
-    running_cluster,
-    unique,
-    wait_healthy_everywhere,
 )
 
 pytestmark = pytest.mark.cluster

@@ -22,7 +22,7 @@ from app.db.migrate import (
     upgrade,
 )
 from app.db.models import BackendConfig, ModelProfile
-from tests.conftest import _pg_url, base_settings, create_database, drop_database
+from tests.support.settings import base_settings, create_database, drop_database, pg_url
 
 
 def _diff(connection: Connection, compare_type: bool) -> list[object]:
@@ -42,7 +42,7 @@ async def _autogenerate_diff(url: str, compare_type: bool = True) -> list[object
 async def test_postgres_migrations_match_models_exactly():
     name = f"arona_mig_{uuid.uuid4().hex[:10]}"
     await create_database(name)
-    url = _pg_url(name)
+    url = pg_url(name)
     try:
         await asyncio.to_thread(upgrade, base_settings(database_url=url))
         assert await _autogenerate_diff(url) == []
@@ -109,7 +109,7 @@ async def test_postgres_routing_capacity_migration_downgrades_and_upgrades_again
     name = f"arona_mig_{uuid.uuid4().hex[:10]}"
     await create_database(name)
     try:
-        await _round_trip_0008(_pg_url(name), compare_type=True)
+        await _round_trip_0008(pg_url(name), compare_type=True)
     finally:
         await drop_database(name)
 

@@ -19,8 +19,8 @@ from app.db.config import build_db_config
 from app.db.models import User
 from app.domain.projects.memberships import ProjectMemberships, db_membership_loader
 from app.lib.settings import Settings
-from tests.api.support import user_with_id
-from tests.helpers import new_project
+from tests.support.api import user_with_id
+from tests.support.helpers import new_project
 
 USER = uuid.UUID("11111111-1111-4111-8111-111111111111")
 PROJECT = uuid.UUID("22222222-2222-4222-8222-222222222222")

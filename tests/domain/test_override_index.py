@@ -29,12 +29,12 @@ from app.domain.overrides.index import LoadedOverride, MatchedOverride, Override
 from app.domain.overrides.sync import CHANNEL, OverrideSync
 from app.lib.events.memory import MemoryEventBus
 from app.lib.settings import Settings
-from tests.api.auth_support import http_login, http_register
-from tests.api.live_server import live_server
-from tests.api.profiles_support import query_log
-from tests.api.support import Client, db_session, eventually, resources_of, settings_of
-from tests.conftest import AppFactory
-from tests.helpers import bearer, new_project, new_user, unique_email
+from tests.support.api import Client, db_session, eventually, resources_of, settings_of
+from tests.support.auth import http_login, http_register
+from tests.support.helpers import bearer, new_project, new_user, unique_email
+from tests.support.live_server import live_server
+from tests.support.profiles import query_log
+from tests.support.settings import AppFactory
 
 PROJECT = uuid.UUID("11111111-1111-4111-8111-111111111111")
 OTHER_PROJECT = uuid.UUID("22222222-2222-4222-8222-222222222222")

@@ -33,7 +33,7 @@ from app.lib.redis_client import build_redis
 from app.lib.state.base import MultiWindowDecision, StateStore, WindowLimit
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
-from tests.lib.conftest import Harness
+from tests.support.state_harness import Harness
 
 CLOSED_PORT_URL = "redis://127.0.0.1:1/0"
 

@@ -25,9 +25,9 @@ from app.routing.breaker import CircuitBreaker
 from app.routing.evernight import BridgeError, EvernightTunnels
 from app.routing.registry import BackendRegistry
 from app.routing.types import BackendSpec, ProbeResult
-from tests.api.auth_support import fresh_database
-from tests.api.support import eventually
-from tests.conftest import base_settings
+from tests.support.api import eventually
+from tests.support.auth import fresh_database
+from tests.support.settings import base_settings
 
 
 class RecordingBackend(Backend):

@@ -30,13 +30,13 @@ from app.domain.usage.wal_group import FIELD, GROUP
 from app.domain.usage.writer import UsageWriter
 from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
-from tests.api.auth_support import fresh_database
-from tests.api.support import eventually
-from tests.conftest import REDIS_URL, AppFactory, with_settings
 from tests.domain.test_quota_gate import OwnRedis
-from tests.domain.usage_support import FIELDS, count_of, entry, rename_usage_table, rows_of
-from tests.gateway.conftest import ADMIN_TOKEN, GatewayEnv, open_env, unique
-from tests.gateway.runtime_support import runtime_env
+from tests.support.api import eventually
+from tests.support.auth import fresh_database
+from tests.support.gateway import ADMIN_TOKEN, GatewayEnv, open_env, unique
+from tests.support.runtime import runtime_env
+from tests.support.settings import REDIS_URL, AppFactory, with_settings
+from tests.support.usage import FIELDS, count_of, entry, rename_usage_table, rows_of
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from app.domain.usage.wal_group import StreamGroup
 from app.domain.usage.writer import UsageWriter
 from app.lib.redis_client import build_redis
-from tests.conftest import REDIS_URL
+from tests.support.settings import REDIS_URL
 
 
 @pytest.fixture

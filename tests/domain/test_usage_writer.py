@@ -26,11 +26,11 @@ from app.db.models import Project, User
 from app.domain.usage.recorder import UsageMetrics
 from app.domain.usage.writer import UsageWriter
 from app.lib.settings import Settings
-from tests.api.auth_support import fresh_database
-from tests.api.live_server import live_server
-from tests.api.support import eventually
-from tests.conftest import AppFactory, with_settings
-from tests.domain.usage_support import FIELDS, count_of, entry, rename_usage_table, rows_of
+from tests.support.api import eventually
+from tests.support.auth import fresh_database
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
+from tests.support.usage import FIELDS, count_of, entry, rename_usage_table, rows_of
 
 
 @pytest.fixture(params=["postgres", "sqlite"])

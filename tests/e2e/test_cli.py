@@ -13,8 +13,8 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
-from tests.conftest import JWT_SECRET
-from tests.e2e.support import ARONA, Spawned, cli_env, migrated_env, run_cli, wait_healthy
+from tests.support.e2e import ARONA, Spawned, cli_env, migrated_env, run_cli, wait_healthy
+from tests.support.settings import JWT_SECRET
 
 
 def test_engine_echo_command_serves_a_cep_handshake(tmp_path):

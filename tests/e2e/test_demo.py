@@ -17,7 +17,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.e2e.support import (
+from tests.support.e2e import (
     POOL,
     Demo,
     admin_headers,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.redis_instance import RedisInstance
+from tests.support.redis_instance import RedisInstance
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 
 from app.db.migrate import upgrade
 from app.lib.ports import free_port
-from tests.conftest import base_settings
-from tests.faults.pg_instance import PostgresInstance
+from tests.support.pg_instance import PostgresInstance
+from tests.support.settings import base_settings
 
 DATABASE = "arona"
 

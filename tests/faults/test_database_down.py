@@ -48,7 +48,8 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import (
+from tests.faults.pg_fixtures import DATABASE, pg, pg_running
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     Replica,
@@ -62,8 +63,7 @@ from tests.cluster.support import (
     wait_healthy_everywhere,
     wait_ready,
 )
-from tests.faults.pg_fixtures import DATABASE, pg, pg_running
-from tests.faults.pg_instance import PostgresInstance
+from tests.support.pg_instance import PostgresInstance
 
 pytestmark = pytest.mark.faults
 __all__ = ["pg", "pg_running"]  # fixtures

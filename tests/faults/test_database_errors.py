@@ -34,12 +34,12 @@ from app.db.config import build_db_config
 from app.db.outage import is_database_outage
 from app.lib.passwords import PasswordHasher
 from app.server.app import create_app
-from tests.api.live_server import live_server
-from tests.cluster.support import ADMIN, ADMIN_TOKEN, unique
-from tests.conftest import REDIS_URL, base_settings
 from tests.faults.pg_fixtures import DATABASE, pg, pg_running
-from tests.faults.pg_instance import PostgresInstance
-from tests.helpers import PASSWORD, assert_error, bearer, console_login, unique_email
+from tests.support.cluster import ADMIN, ADMIN_TOKEN, unique
+from tests.support.helpers import PASSWORD, assert_error, bearer, console_login, unique_email
+from tests.support.live_server import live_server
+from tests.support.pg_instance import PostgresInstance
+from tests.support.settings import REDIS_URL, base_settings
 
 pytestmark = pytest.mark.faults
 __all__ = ["pg", "pg_running"]  # fixtures

@@ -37,7 +37,7 @@ from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.lib.keyed_cache import STALE_RETRY_SECONDS
 from app.lib.ports import free_port
 from app.routing.profiles import Profile, ProfileTable
-from tests.conftest import base_settings
+from tests.support.settings import base_settings
 
 pytestmark = pytest.mark.faults
 

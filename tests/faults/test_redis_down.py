@@ -17,7 +17,7 @@ import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.cluster.support import (
+from tests.support.cluster import (
     ADMIN,
     Cluster,
     Tenant,
@@ -28,8 +28,8 @@ from tests.cluster.support import (
     unique,
     wait_healthy_everywhere,
 )
-from tests.faults.redis_instance import RedisInstance
-from tests.helpers import bearer
+from tests.support.helpers import bearer
+from tests.support.redis_instance import RedisInstance
 
 pytestmark = pytest.mark.faults
 

@@ -18,10 +18,10 @@ from litestar.testing import AsyncTestClient
 
 from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
-from tests.api.support import create_runtime_token, eventually
-from tests.conftest import AppFactory
-from tests.faults.redis_instance import RedisInstance
-from tests.helpers import assert_error, bearer, login, new_project, register, unique_email
+from tests.support.api import create_runtime_token, eventually
+from tests.support.helpers import assert_error, bearer, login, new_project, register, unique_email
+from tests.support.redis_instance import RedisInstance
+from tests.support.settings import AppFactory
 
 pytestmark = pytest.mark.faults
 

@@ -12,7 +12,7 @@ from app.lib.redis_client import build_redis
 from app.lib.state.base import WindowLimit
 from app.lib.state.fallback import FallbackStateStore, StateStoreUnavailableError
 from app.lib.state.redis import RedisStateStore
-from tests.faults.redis_instance import RedisInstance
+from tests.support.redis_instance import RedisInstance
 
 pytestmark = pytest.mark.faults
 

@@ -14,9 +14,9 @@ from openai.types.chat import ChatCompletionMessageParam
 from app.db.models.usage import UsageRecord
 from app.fakes.openai_upstream import FakeOpenAI
 from app.lib.settings import Settings
-from tests.conftest import with_settings
-from tests.gateway.conftest import ADMIN, GatewayEnv, unique
-from tests.helpers import assert_error, custom_llm_body, new_project, new_user
+from tests.support.gateway import ADMIN, GatewayEnv, unique
+from tests.support.helpers import assert_error, custom_llm_body, new_project, new_user
+from tests.support.settings import with_settings
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "who pays?"}]
 

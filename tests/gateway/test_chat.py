@@ -11,8 +11,8 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
-from tests.gateway.conftest import GatewayEnv, unique
-from tests.helpers import assert_error, bearer
+from tests.support.gateway import GatewayEnv, unique
+from tests.support.helpers import assert_error, bearer
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello"}]
 

@@ -10,9 +10,11 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from app.fakes.content import count_tokens, fake_vector
-from app.fakes.engine_echo import EchoEngine
+from app.fakes.engine_echo import EchoEngine, UpgradeRefusal
 from app.fakes.engine_misbehaving import MisbehavingEngine, Misbehaviour
-from tests.gateway.conftest import GatewayEnv, unique
+from app.routing.backends.engine import EngineBackend
+from tests.support.api import eventually
+from tests.support.gateway import GatewayEnv, unique
 
 TOKEN = "engine-handshake-token"
 E = TypeVar("E", bound=EchoEngine)
@@ -145,3 +147,34 @@ async def test_an_engine_dropping_mid_stream_ends_the_stream_with_an_error(
     reply = await env.sdk().chat.completions.create(model=model, messages=ask("again"))
     assert reply.choices[0].message.content == "again"
     assert engine.stats.handshakes == 2
+
+
+async def test_a_throttled_engines_retry_after_reaches_the_sdk(env: GatewayEnv) -> None:
+    """An engine that answers its WebSocket upgrade with a 429 is told to the client as
+    an OpenAI-compatible upstream's 429 is: a 502 with ``upstream_status`` and the
+    engine's ``Retry-After``."""
+    model = unique("cep-429")
+    engine = await start(env, EchoEngine(models=[model]))
+    name = unique("engine")
+    await env.register(name, engine.url, type="engine")
+    state = env.resources.backend_registry.get(name)
+    assert state is not None
+    assert isinstance(state.adapter, EngineBackend)
+    adapter = state.adapter
+    engine.upgrade_refusal = UpgradeRefusal(429, "9")
+    await engine.drop_connections()  # the next call has to dial, and is throttled
+
+    async def redial_needed() -> bool:
+        return adapter.connection is None
+
+    await eventually(redial_needed, within=5.0)
+    sdk = env.sdk()
+    for stream in (False, True):
+        with pytest.raises(openai.APIStatusError) as info:
+            await sdk.chat.completions.create(model=model, messages=ask("hi"), stream=stream)
+        assert info.value.status_code == 502
+        assert info.value.response.headers["retry-after"] == "9"
+        assert "x-should-retry" not in info.value.response.headers
+        body = info.value.body
+        assert isinstance(body, dict)
+        assert body["upstream_status"] == 429

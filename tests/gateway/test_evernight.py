@@ -16,9 +16,9 @@ from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.ports import free_port
 from app.lib.settings import Settings
-from tests.api.support import eventually
-from tests.conftest import AppFactory, with_settings
-from tests.gateway.conftest import ADMIN, GatewayEnv, open_env, unique
+from tests.support.api import eventually
+from tests.support.gateway import ADMIN, GatewayEnv, open_env, unique
+from tests.support.settings import AppFactory, with_settings
 
 KEEPALIVE_SECONDS = 0.2
 NODE = "gpu-node-1"

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from app.fakes.openai_upstream import FakeOpenAI
-from tests.gateway.conftest import GatewayEnv, unique
-from tests.helpers import assert_error, bearer
+from tests.support.gateway import GatewayEnv, unique
+from tests.support.helpers import assert_error, bearer
 
 
 @pytest.fixture

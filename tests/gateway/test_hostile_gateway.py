@@ -16,8 +16,8 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from app.fakes.hostile_upstream import HostileUpstream
 from app.fakes.serve import serve_asgi
-from tests.gateway.conftest import GatewayEnv, unique
-from tests.gateway.runtime_support import RuntimeEnv, runtime_env
+from tests.support.gateway import GatewayEnv, unique
+from tests.support.runtime import RuntimeEnv, runtime_env
 
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 

@@ -6,8 +6,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.api.support import eventually
-from tests.gateway.conftest import GatewayEnv, unique
+from tests.support.api import eventually
+from tests.support.gateway import GatewayEnv, unique
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "count me"}]
 

@@ -10,7 +10,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from app.fakes.engine_echo import EchoEngine
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
-from tests.gateway.conftest import ADMIN, GatewayEnv, unique
+from tests.support.gateway import ADMIN, GatewayEnv, unique
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 

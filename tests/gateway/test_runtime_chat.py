@@ -12,10 +12,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db.models.usage import UsageRecord
-from tests.api.support import eventually
-from tests.gateway.conftest import ADMIN, GatewayEnv, unique
-from tests.gateway.runtime_support import RuntimeEnv, runtime_env
-from tests.helpers import assert_error, bearer
+from tests.support.api import eventually
+from tests.support.gateway import ADMIN, GatewayEnv, unique
+from tests.support.helpers import assert_error, bearer
+from tests.support.runtime import RuntimeEnv, runtime_env
 
 MODEL = "qwen3-8b"
 

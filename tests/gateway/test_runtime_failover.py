@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 from app.lib.settings import Settings
-from tests.api.live_server import live_server
-from tests.api.support import eventually
-from tests.conftest import AppFactory, with_settings
-from tests.gateway.conftest import ADMIN, GatewayEnv
-from tests.gateway.runtime_support import RuntimeEnv, runtime_env
+from tests.support.api import eventually
+from tests.support.gateway import ADMIN, GatewayEnv
+from tests.support.live_server import live_server
+from tests.support.runtime import RuntimeEnv, runtime_env
+from tests.support.settings import AppFactory, with_settings
 
 MODEL = "pool-model"
 SLOW_SECONDS = 0.4

@@ -13,9 +13,9 @@ import pytest
 
 from app.db.models.usage import UsageRecord
 from app.lib.settings import Settings
-from tests.conftest import with_settings
-from tests.gateway.conftest import ADMIN, GatewayEnv, unique
-from tests.gateway.runtime_support import RuntimeEnv, runtime_env
+from tests.support.gateway import ADMIN, GatewayEnv, unique
+from tests.support.runtime import RuntimeEnv, runtime_env
+from tests.support.settings import with_settings
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ from openai.types.chat import ChatCompletionMessageParam
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.settings import Settings
-from tests.conftest import AppFactory, with_settings
-from tests.gateway.conftest import GatewayEnv, open_env, unique
-from tests.gateway.runtime_support import RuntimeEnv, parse_sse, runtime_env
-from tests.helpers import bearer
+from tests.support.gateway import GatewayEnv, open_env, unique
+from tests.support.helpers import bearer
+from tests.support.runtime import RuntimeEnv, parse_sse, runtime_env
+from tests.support.settings import AppFactory, with_settings
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello"}]
 LIBRARY_WORDS = re.compile(

@@ -20,7 +20,7 @@ from app.cli.common import GRACEFUL_SHUTDOWN_SECONDS
 from app.lib.http import NON_STREAM_DEADLINE_SECONDS, READ_TIMEOUT_SECONDS
 from app.lib.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, SettingsError, load_settings
 from app.lib.vault import generate_key_spec
-from tests.infra.support import (
+from tests.support.infra import (
     COMPOSE,
     DOCKERFILE,
     DOCKERIGNORE,

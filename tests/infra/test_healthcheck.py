@@ -17,8 +17,8 @@ import pytest
 from app.cli.common import GRACEFUL_SHUTDOWN_SECONDS
 from app.lib.ports import free_port
 from app.lib.vault import generate_key_spec
-from tests.conftest import JWT_SECRET, REDIS_URL
-from tests.infra.support import HEALTHCHECK_SCRIPT
+from tests.support.infra import HEALTHCHECK_SCRIPT
+from tests.support.settings import JWT_SECRET, REDIS_URL
 
 START_DEADLINE_SECONDS = 60.0
 

@@ -16,7 +16,7 @@ from packaging.version import Version
 from app.cli.common import GRACEFUL_SHUTDOWN_SECONDS
 from app.lib.settings import DEFAULT_PORT, SettingsError, load_settings, parse_vault_keys
 from app.lib.vault import generate_key_spec
-from tests.infra.support import (
+from tests.support.infra import (
     K8S,
     PLACEHOLDER,
     SECRET_SETTINGS,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.lib.vault import generate_key_spec
-from tests.infra.support import (
+from tests.support.infra import (
     DEPLOYMENT_DOC,
     INFRA,
     K8S,

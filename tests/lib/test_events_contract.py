@@ -17,8 +17,7 @@ from structlog.testing import capture_logs
 from app.lib.events.base import Event, EventBus
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
-
-from .conftest import Harness
+from tests.support.state_harness import Harness
 
 WAIT = 2.0
 FLOOD_WAIT = 20.0

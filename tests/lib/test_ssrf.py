@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from app.fakes.common import Receive, Scope, Send
+from app.fakes.asgi_io import Receive, Scope, Send
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.http import GuardedUpstreamHttp, build_guarded_http_client

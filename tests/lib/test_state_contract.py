@@ -10,8 +10,7 @@ from redis.asyncio import Redis
 from app.lib.state.base import StateStore, WindowLimit
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
-
-from .conftest import REDIS_URL, Harness
+from tests.support.state_harness import REDIS_URL, Harness
 
 TTL = 0.5
 PAST_TTL = 0.7

@@ -6,15 +6,12 @@ it, so tests see fresh switches, records and counters without paying for a resta
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
 from app.fakes import FakeOllama, FakeOpenAI, serve_asgi
-from app.fakes.common import FakeUpstream
 from app.fakes.engine_echo import EchoEngine
 from app.fakes.engine_misbehaving import MisbehavingEngine
 from app.fakes.minimax_upstream import FakeMinimax
@@ -22,18 +19,14 @@ from app.lib.http import UpstreamHttp, build_http_client
 from app.lib.ports import free_port
 from app.routing.backends.engine import EngineBackend
 from app.routing.types import BackendSpec
-from tests.routing.support import MINIMAX_KEY, ServedMinimax
-
-F = TypeVar("F", bound=FakeUpstream)
-
-UPSTREAM_KEY = "sk-upstream-secret"
-PATH_PREFIX = "/api/paas/v4"
-
-
-@dataclass
-class Served(Generic[F]):
-    fake: F
-    url: str
+from tests.support.upstreams import (
+    MINIMAX_KEY,
+    PATH_PREFIX,
+    UPSTREAM_KEY,
+    EngineFactory,
+    Served,
+    ServedMinimax,
+)
 
 
 @pytest.fixture(scope="session")
@@ -115,9 +108,6 @@ async def echo_engine() -> AsyncIterator[EchoEngine]:
 async def misbehaving_engine() -> AsyncIterator[MisbehavingEngine]:
     async with MisbehavingEngine() as engine:
         yield engine
-
-
-EngineFactory = Callable[..., EngineBackend]
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ from app.fakes import FakeOpenAI
 from app.lib.http import UpstreamHttp
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.types import AuthScheme, BackendSpec
-from tests.routing.conftest import Served
-from tests.routing.support import chat_call, collect
+from tests.support.upstreams import Served, chat_call, collect
 
 
 def backend(

@@ -12,8 +12,7 @@ from app.routing.backends.ollama import OllamaBackend
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.errors import UpstreamError
 from app.routing.types import BackendSpec
-from tests.routing.conftest import Served
-from tests.routing.support import ScriptedUpstream, chat_call, collect, eventually
+from tests.support.upstreams import ScriptedUpstream, Served, chat_call, collect, eventually
 
 ANSWER = msgspec.json.encode(
     {

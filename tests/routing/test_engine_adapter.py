@@ -20,8 +20,8 @@ from app.routing.breaker import CircuitBreaker
 from app.routing.errors import UpstreamError
 from app.routing.registry import BackendState
 from app.routing.types import Health, HealthStatus, UpstreamCall, Usage
-from tests.routing.conftest import EngineFactory
-from tests.routing.support import (
+from tests.support.upstreams import (
+    EngineFactory,
     chat_call,
     collect,
     eventually,

@@ -9,12 +9,19 @@ import msgspec
 import pytest
 
 from app.fakes import FakeOllama, serve_asgi
+from app.fakes.engine_echo import EchoEngine, UpgradeRefusal
 from app.fakes.engine_misbehaving import MisbehavingEngine, Misbehaviour
 from app.lib.ports import free_port
 from app.routing.backends.base import ChatStream
 from app.routing.errors import StreamInterruptedError, UpstreamError
-from tests.routing.conftest import EngineFactory
-from tests.routing.support import chat_call, collect, eventually, sse_events, streamed_text
+from tests.support.upstreams import (
+    EngineFactory,
+    chat_call,
+    collect,
+    eventually,
+    sse_events,
+    streamed_text,
+)
 
 MODEL = "echo-1"
 
@@ -81,6 +88,29 @@ async def test_a_server_that_is_not_an_engine(engine_backend: EngineFactory) -> 
         assert result.reason.startswith("upstream unreachable: websocket upgrade refused: status")
         with pytest.raises(UpstreamError):
             await adapter.chat(ask("hi"))
+
+
+async def test_a_throttled_upgrade_carries_its_status_and_retry_after(
+    echo_engine: EchoEngine, engine_backend: EngineFactory
+) -> None:
+    """A 429 to the WebSocket upgrade is throttling, told like an HTTP upstream's: the
+    error keeps the status and the ``Retry-After`` for the client."""
+    echo_engine.upgrade_refusal = UpgradeRefusal(429, "13")
+    adapter = engine_backend(echo_engine.url)
+    for call in (adapter.chat(ask("hi")), adapter.chat_stream(ask("hi", stream=True))):
+        with pytest.raises(UpstreamError) as caught:
+            await call
+        assert caught.value.upstream_status == 429
+        assert caught.value.retryable
+        assert caught.value.headers == {"Retry-After": "13"}
+        assert caught.value.message == "upstream 429: websocket upgrade refused"
+    echo_engine.upgrade_refusal = UpgradeRefusal(503, "13")
+    with pytest.raises(UpstreamError) as other:
+        await adapter.chat(ask("hi"))
+    assert other.value.upstream_status is None  # any other refusal: a transport failure
+    assert other.value.headers == {}
+    echo_engine.upgrade_refusal = None
+    assert (await adapter.probe()).healthy
 
 
 async def test_a_handshake_that_never_comes_times_out(

@@ -22,7 +22,7 @@ from app.routing.backends.engine.protocol import (
     text_of,
 )
 from app.routing.types import Usage
-from tests.routing.support import raw_body
+from tests.support.upstreams import raw_body
 
 TEXT_PARTS = [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]
 PNG_URL = "data:image/png;base64,iVBORw0KGgo="

@@ -14,8 +14,7 @@ from app.routing.backends.ollama import OllamaBackend
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import BackendSpec
-from tests.routing.conftest import Served
-from tests.routing.support import ScriptedUpstream, chat_call, drain_into
+from tests.support.upstreams import ScriptedUpstream, Served, chat_call, drain_into
 
 LIBRARY_WORDS = re.compile(
     r"[A-Z][a-z]+(?:[A-Z][a-z]+)*(?:Error|Exception)|aiohttp|ClientConnector"

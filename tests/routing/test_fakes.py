@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from app.fakes import FakeOllama, FakeOpenAI, serve_asgi
-from tests.routing.conftest import UPSTREAM_KEY, Served
-from tests.routing.support import eventually
+from tests.support.upstreams import UPSTREAM_KEY, Served, eventually
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

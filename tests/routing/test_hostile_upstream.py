@@ -20,7 +20,7 @@ from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.backends.vllm import MetricsUnavailableError, VllmBackend
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import BackendSpec
-from tests.routing.support import ScriptedUpstream, chat_call, drain_into, eventually
+from tests.support.upstreams import ScriptedUpstream, chat_call, drain_into, eventually
 
 LIMITS = UpstreamLimits(
     max_body_bytes=256 * 1024,

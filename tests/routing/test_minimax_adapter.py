@@ -21,7 +21,7 @@ from app.routing.backends.minimax import (
     resolution_of,
 )
 from app.routing.types import BackendSpec, VideoPoll, VideoTask
-from tests.routing.support import MINIMAX_KEY, ScriptedUpstream, ServedMinimax
+from tests.support.upstreams import MINIMAX_KEY, ScriptedUpstream, ServedMinimax
 
 KEY = MINIMAX_KEY
 MODEL = "MiniMax-Hailuo-02"

@@ -14,7 +14,7 @@ from app.lib.http import UpstreamHttp
 from app.routing.backends.minimax import MAX_ANSWER_BYTES, MinimaxVideoBackend
 from app.routing.errors import UpstreamError
 from app.routing.types import BackendSpec, VideoTask
-from tests.routing.support import MINIMAX_KEY, ScriptedUpstream, ServedMinimax
+from tests.support.upstreams import MINIMAX_KEY, ScriptedUpstream, ServedMinimax
 
 KEY = MINIMAX_KEY
 MODEL = "MiniMax-Hailuo-02"
@@ -181,6 +181,20 @@ async def test_http_errors(
             assert error.message.startswith(f"upstream {status}: ")
         else:
             assert error.message == "fake failure"
+
+
+@pytest.mark.parametrize("code", [None, 1002])
+async def test_a_429s_retry_after_travels_with_the_error(
+    build: Build, minimax: ServedMinimax, code: int | None
+) -> None:
+    """As from an OpenAI-compatible upstream, with or without a ``base_resp`` code."""
+    control = minimax.fake.control
+    control.fail_status, control.fail_code, control.retry_after = 429, code, "19"
+    backend = build()
+    for call in (backend.submit_video(task()), backend.poll_video("t"), backend.video_url("f")):
+        error = await failure(call)
+        assert (error.upstream_status, error.provider_code, error.retryable) == (429, code, True)
+        assert error.headers == {"Retry-After": "19"}
 
 
 @pytest.mark.parametrize("prefix", ["", "poll-", "retrieve-"])

@@ -13,7 +13,7 @@ import pytest
 from app.fakes.__main__ import build_fake, parse_args
 from app.fakes.minimax_scripts import script_of
 from app.fakes.minimax_upstream import DEFAULT_MODELS, VIDEO_BYTES, FakeMinimax
-from tests.routing.support import MINIMAX_KEY, ServedMinimax
+from tests.support.upstreams import MINIMAX_KEY, ServedMinimax
 
 KEY = MINIMAX_KEY
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -14,8 +14,8 @@ from app.lib.http import PROBE_TIMEOUT_SECONDS, UpstreamHttp
 from app.routing.backends.ollama import OllamaBackend
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import BackendSpec, UpstreamCall, Usage
-from tests.routing.conftest import Served
-from tests.routing.support import (
+from tests.support.upstreams import (
+    Served,
     chat_call,
     collect,
     drain_into,

@@ -10,8 +10,14 @@ from app.lib.http import UpstreamHttp
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, UpstreamError
 from app.routing.types import BackendSpec, UpstreamCall, Usage
-from tests.routing.conftest import PATH_PREFIX, UPSTREAM_KEY, Served
-from tests.routing.support import ScriptedUpstream, chat_call, raw_body
+from tests.support.upstreams import (
+    PATH_PREFIX,
+    UPSTREAM_KEY,
+    ScriptedUpstream,
+    Served,
+    chat_call,
+    raw_body,
+)
 
 
 def backend(url: str, http: UpstreamHttp, api_key: str | None = None) -> OpenAICompatibleBackend:

@@ -11,8 +11,7 @@ from app.fakes import FakeOpenAI, serve_asgi
 from app.lib.http import PROBE_TIMEOUT_SECONDS, UpstreamHttp
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.types import BackendSpec
-from tests.routing.conftest import PATH_PREFIX, UPSTREAM_KEY, Served
-from tests.routing.support import ScriptedUpstream
+from tests.support.upstreams import PATH_PREFIX, UPSTREAM_KEY, ScriptedUpstream, Served
 
 
 def backend(url: str, http: UpstreamHttp, api_key: str | None = None) -> OpenAICompatibleBackend:

@@ -10,9 +10,9 @@ from app.lib.http import UpstreamHttp
 from app.routing.backends.openai import OpenAICompatibleBackend
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import BackendSpec, Usage
-from tests.routing.conftest import Served
-from tests.routing.support import (
+from tests.support.upstreams import (
     ScriptedUpstream,
+    Served,
     chat_call,
     collect,
     drain_into,

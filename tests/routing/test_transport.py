@@ -10,10 +10,10 @@ import pytest
 
 from app.fakes import FakeOpenAI
 from app.lib.http import UpstreamHttp, UpstreamLimits
-from app.routing.backends.transport import JSON_HEADERS, describe_error, fetch
+from app.routing.backends.failures import describe_error
+from app.routing.backends.transport import JSON_HEADERS, fetch
 from app.routing.errors import UpstreamError
-from tests.routing.conftest import Served
-from tests.routing.support import eventually
+from tests.support.upstreams import Served, eventually
 
 
 def _caused(exc: BaseException, cause: BaseException) -> BaseException:

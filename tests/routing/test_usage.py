@@ -13,7 +13,7 @@ from app.routing.usage import (
     estimate_prompt_tokens,
     estimated_usage,
 )
-from tests.routing.support import raw_body
+from tests.support.upstreams import raw_body
 
 FRAME = REPLY_PRIMING_TOKENS
 

@@ -35,7 +35,7 @@ from app.routing.registry import BackendRegistry, BackendState
 from app.routing.router import Router
 from app.routing.service import RoutingService, VideoSubmission
 from app.routing.types import BackendSpec, RawBody, RouteHints, VideoTask
-from tests.routing.conftest import Served as ServedUpstream
+from tests.support.upstreams import Served as ServedUpstream
 
 KEY = "mm-routing-key"
 HAILUO = "MiniMax-Hailuo-02"

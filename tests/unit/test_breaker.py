@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from app.routing.breaker import BreakerState, CircuitBreaker
-from tests.unit.routing_fakes import FakeClock
+from tests.support.routing_fakes import FakeClock
 
 
 def state_of(breaker: CircuitBreaker) -> BreakerState:

@@ -11,7 +11,7 @@ from app.routing.breaker import BreakerState
 from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.router import affinity_key
 from app.routing.types import RawBody, RouteHints
-from tests.unit.routing_fakes import RoutingRig, hold_in_flight
+from tests.support.routing_fakes import RoutingRig, hold_in_flight
 from tests.unit.test_breaker import state_of
 
 

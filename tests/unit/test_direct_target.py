@@ -14,7 +14,7 @@ from app.routing.breaker import CircuitBreaker
 from app.routing.errors import NoHealthyBackendError, UpstreamError
 from app.routing.registry import BackendState
 from app.routing.types import BackendSpec, RawBody, RouteHints
-from tests.unit.routing_fakes import FakeBackend, RoutingRig, Script
+from tests.support.routing_fakes import FakeBackend, RoutingRig, Script
 
 
 def body() -> RawBody:

@@ -9,7 +9,7 @@ import pytest
 from app.routing.failover import FailoverPolicy, ProfileFailoverStatus
 from app.routing.latency import LatencyTracker
 from app.routing.profiles import Profile, ProfileTable
-from tests.unit.routing_fakes import FakeClock
+from tests.support.routing_fakes import FakeClock
 
 WINDOW = 30.0
 

@@ -11,8 +11,8 @@ from app.lib.events.memory import MemoryEventBus
 from app.lib.state.memory import MemoryStateStore
 from app.routing.health import HEALTH_CHANNEL, PROBES_CHANNEL, HealthChecker
 from app.routing.types import HealthStatus
-from tests.helpers import running, until
-from tests.unit.routing_fakes import RoutingRig
+from tests.support.helpers import running, until
+from tests.support.routing_fakes import RoutingRig
 
 
 class BrokenStore(MemoryStateStore):

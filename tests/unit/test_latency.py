@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.routing.latency import LatencyTracker
-from tests.unit.routing_fakes import FakeClock
+from tests.support.routing_fakes import FakeClock
 
 
 def make(window: float = 30.0, min_samples: int = 3) -> tuple[LatencyTracker, FakeClock]:

@@ -23,8 +23,8 @@ from app.routing.load import (
 )
 from app.routing.load_share import LoadShare
 from app.routing.types import RouteHints, ScoreKind
-from tests.helpers import until
-from tests.unit.routing_fakes import RoutingRig, vllm_metrics
+from tests.support.helpers import until
+from tests.support.routing_fakes import RoutingRig, vllm_metrics
 
 
 def read(load: BackendLoad, running: float, waiting: float = 0, **extra: float) -> None:

@@ -18,7 +18,7 @@ from app.routing.types import (
     RouteHints,
     ScoreKind,
 )
-from tests.unit.routing_fakes import RoutingRig, hold_in_flight, vllm_metrics
+from tests.support.routing_fakes import RoutingRig, hold_in_flight, vllm_metrics
 
 
 @pytest.fixture

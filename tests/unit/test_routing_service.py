@@ -13,7 +13,7 @@ from app.routing.errors import NoHealthyBackendError, StreamInterruptedError, Up
 from app.routing.health import HEALTH_CHANNEL, HealthChecker
 from app.routing.service import RelayedStream
 from app.routing.types import HealthStatus, RawBody, RouteHints
-from tests.unit.routing_fakes import RoutingRig, hold_in_flight
+from tests.support.routing_fakes import RoutingRig, hold_in_flight
 from tests.unit.test_breaker import state_of
 
 

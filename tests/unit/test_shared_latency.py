@@ -12,8 +12,8 @@ from app.routing.failover import FailoverPolicy
 from app.routing.latency import LatencyTracker
 from app.routing.profiles import Profile, ProfileTable
 from app.routing.shared_latency import LATENCY_CHANNEL, SharedLatency
-from tests.helpers import running, until
-from tests.unit.routing_fakes import FakeClock
+from tests.support.helpers import running, until
+from tests.support.routing_fakes import FakeClock
 
 WALL = 1_700_000_000.0
 

@@ -16,8 +16,8 @@ from app.routing.errors import NoHealthyBackendError, UpstreamError
 from app.routing.registry import BackendState
 from app.routing.shared_verdicts import VERDICT_CHANNEL, SharedVerdicts
 from app.routing.types import RawBody, RouteHints
-from tests.helpers import running, until
-from tests.unit.routing_fakes import RoutingRig
+from tests.support.helpers import running, until
+from tests.support.routing_fakes import RoutingRig
 
 BODY = msgspec.json.decode(b'{"messages":[{"role":"user","content":"hi"}]}', type=RawBody)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from app.routing.breaker import BreakerState, CircuitBreaker
 from app.routing.health import HealthChecker
 from app.routing.types import RouteHints
-from tests.unit.routing_fakes import RoutingRig
+from tests.support.routing_fakes import RoutingRig
 
 
 def state_of(breaker: CircuitBreaker) -> BreakerState:

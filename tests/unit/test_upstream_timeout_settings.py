@@ -13,7 +13,7 @@ from app.lib.http import CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS, Upstream
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import SettingsError, load_settings
 from app.server.resources import build_resources
-from tests.conftest import base_settings
+from tests.support.settings import base_settings
 
 CONNECT = "ARONA_UPSTREAM_CONNECT_TIMEOUT_SECONDS"
 READ = "ARONA_UPSTREAM_READ_TIMEOUT_SECONDS"

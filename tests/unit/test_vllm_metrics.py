@@ -13,7 +13,7 @@ from app.routing.vllm_metrics import (
     VllmMetricsCache,
     parse_vllm_metrics,
 )
-from tests.unit.routing_fakes import FakeClock
+from tests.support.routing_fakes import FakeClock
 
 NEW_NAMES = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

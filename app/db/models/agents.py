@@ -27,7 +27,7 @@ class AgentNode(UUIDAuditBase):
     machine_name: Mapped[str | None] = mapped_column(String(200), default=None)
     version: Mapped[str | None] = mapped_column(String(64), default=None)
     host: Mapped[str | None] = mapped_column(String(255), default=None)
-    # The last reported GPUs (``app.domain.agents.frames.Gpu`` as dicts) and the models
+    # The last reported GPUs (``app.lib.agent_frames.Gpu`` as dicts) and the models
     # the agent says it serves; read whole, never queried into.
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     models: Mapped[list[str]] = mapped_column(JSON, default=list)

@@ -11,10 +11,10 @@ from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 
 from app.db.models import ApiKey, RuntimeToken, TokenRevocation
 from app.domain.accounts.services import RUNTIME_AUDIENCE
+from app.domain.paging import newest_first
 from app.lib.clock import utcnow
 from app.lib.errors import NotFoundError
 from app.lib.hashing import random_secret, sha256_hex
-from app.lib.pagination import newest_first
 from app.lib.tokens import IssuedToken, TokenService
 
 API_KEY_PREFIX = "ak-"

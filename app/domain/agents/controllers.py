@@ -37,10 +37,9 @@ from app.domain.agents.services import AgentDeploymentService, AgentNodeService
 from app.domain.agents.setup import Agents
 from app.domain.agents.views import agent_out, deployment_out
 from app.domain.backends.deps import platform_admin
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.lib.errors import ERRORS_OPT
 from app.lib.events.base import EventBus
-from app.lib.pagination import DEFAULT_LIMIT, Page
 
 
 async def _names(service: AgentNodeService, ids: set[UUID]) -> dict[UUID, str]:

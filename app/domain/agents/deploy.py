@@ -14,7 +14,6 @@ from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from app.db.models import AgentDeployment, AgentNode
 from app.domain.agents import events
 from app.domain.agents.backends import AgentBackends
-from app.domain.agents.frames import Deploy, Stop
 from app.domain.agents.hub import AgentHub
 from app.domain.agents.schemas import ACTIVE_STATUSES
 from app.domain.agents.services import (
@@ -23,6 +22,7 @@ from app.domain.agents.services import (
     is_online,
     load_key,
 )
+from app.lib.agent_frames import Deploy, Stop
 from app.lib.clock import utcnow
 from app.lib.errors import ConflictError, ServiceUnavailableError
 from app.lib.events.base import EventBus

@@ -29,7 +29,7 @@ from uuid import UUID, uuid4
 import msgspec
 import structlog
 
-from app.domain.agents.frames import Command, command_decoder
+from app.lib.agent_frames import Command, command_decoder
 from app.lib.events.base import Event, EventBus
 
 COMMANDS_CHANNEL = "agents.commands"

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import msgspec
 
-from app.domain.agents.frames import ModelId
+from app.lib.agent_frames import ModelId
 
 AgentName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

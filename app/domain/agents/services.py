@@ -21,12 +21,12 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import AgentDeployment, AgentNode
-from app.domain.agents.frames import Gpu, Heartbeat, Register, average_utilization
 from app.domain.agents.schemas import ACTIVE_STATUSES
+from app.domain.paging import newest_first
+from app.lib.agent_frames import Gpu, Heartbeat, Register, average_utilization
 from app.lib.clock import utcnow
 from app.lib.errors import ConflictError, NotFoundError
 from app.lib.hashing import random_secret, sha256_hex
-from app.lib.pagination import newest_first
 
 TOKEN_PREFIX = "agt-"  # noqa: S105 (a display prefix, not a secret)
 DISPLAY_PREFIX_LENGTH = 12

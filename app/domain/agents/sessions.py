@@ -21,7 +21,9 @@ from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 
 from app.domain.agents import events
 from app.domain.agents.backends import AgentBackends, backend_name
-from app.domain.agents.frames import (
+from app.domain.agents.hub import AgentHub, AgentLink
+from app.domain.agents.services import AgentDeploymentService, AgentNodeService
+from app.lib.agent_frames import (
     MAX_FRAME_BYTES,
     AgentFrame,
     DeployProgress,
@@ -33,8 +35,6 @@ from app.domain.agents.frames import (
     StopResult,
     agent_frame_decoder,
 )
-from app.domain.agents.hub import AgentHub, AgentLink
-from app.domain.agents.services import AgentDeploymentService, AgentNodeService
 from app.lib.events.base import EventBus
 from app.lib.input_checks import unstorable_path
 

@@ -8,7 +8,7 @@ tokens are remembered briefly (``app.domain.agents.tokens``), so a flood of bad 
 costs no database query each.
 
 After ``accept`` the agent must send ``register`` within ``REGISTER_SECONDS``; then
-frames flow as described in ``app.domain.agents.frames`` and handled in
+frames flow as described in ``app.lib.agent_frames`` and handled in
 ``app.domain.agents.sessions``. Close codes: 1001 panel shutting down, 1008 policy
 (identity deleted, replaced by a newer connection, too many malformed frames, no
 register in time).
@@ -26,11 +26,11 @@ import structlog
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 
-from app.domain.agents.frames import Command, encode
 from app.domain.agents.hub import CLOSE_POLICY
 from app.domain.agents.sessions import AgentSession, CloseSession
 from app.domain.agents.setup import Agents
-from app.lib.asgi_io import refuse_websocket
+from app.domain.asgi_io import refuse_websocket
+from app.lib.agent_frames import Command, encode
 from app.lib.errors import error_body
 
 REGISTER_SECONDS = 30.0

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 
 from app.db.models import AgentDeployment, AgentNode
-from app.domain.agents.frames import average_utilization
 from app.domain.agents.schemas import AgentOut, DeploymentOut, GpuOut, GpuSummary
 from app.domain.agents.services import is_online, stored_gpus
+from app.lib.agent_frames import average_utilization
 from app.lib.clock import utcnow
 
 

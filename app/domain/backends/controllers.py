@@ -27,9 +27,8 @@ from app.domain.backends.schemas import (
 )
 from app.domain.backends.services import AliasService, BackendConfigService
 from app.domain.backends.sync import RoutingConfigSync
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.lib.errors import ERRORS_OPT
-from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
 from app.routing.health import HealthChecker
 from app.routing.registry import BackendRegistry, BackendState

@@ -32,10 +32,9 @@ from app.domain.conversations.schemas import (
 )
 from app.domain.conversations.selection import choose_profile
 from app.domain.conversations.services import ConversationService
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects.deps import projects_principal
 from app.lib.errors import ERRORS_OPT
-from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.routing.profiles import ProfileTable
 
 

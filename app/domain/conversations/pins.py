@@ -23,9 +23,9 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import Conversation, FallbackPin
+from app.domain.paging import newest_first
 from app.lib.clock import utcnow
 from app.lib.errors import NotFoundError
-from app.lib.pagination import newest_first
 
 PIN_REASONS = frozenset({"upstream_dropped", "client_disconnected"})
 logger = structlog.get_logger()

@@ -28,11 +28,10 @@ from app.domain.custom_llms.schemas import (
 from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
 from app.domain.custom_llms.stored import stored_llm
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
 from app.lib.errors import ERRORS_OPT
-from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
 
 

@@ -23,11 +23,10 @@ from app.domain.custom_llms.schemas import CustomLlmTestOut
 from app.lib.http import UpstreamHttp, frozen_headers
 from app.lib.ssrf import refusal_of
 from app.lib.vault import MASK
+from app.routing.backends.failures import HTTP_ERRORS, describe_error
 from app.routing.backends.openai import discovered_models
 from app.routing.backends.transport import (
-    HTTP_ERRORS,
     BodyTooLargeError,
-    describe_error,
     read_bounded,
     read_within,
     release_or_close,

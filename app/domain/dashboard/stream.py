@@ -38,7 +38,7 @@ from typing import Protocol
 import structlog
 from litestar.types import Receive, Scope, Send
 
-from app.lib.asgi_stream import send_event_stream
+from app.domain.asgi_stream import send_event_stream
 from app.lib.events.base import Event, EventBus
 
 HEARTBEAT_SECONDS = 15.0

@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
+from app.domain.asgi_io import ClientLeftError, read_body
+from app.domain.asgi_stream import send_event_stream
 from app.domain.gateway.callers import PROJECT_HEADER_KEY, CallerResolver
 from app.domain.gateway.parsing import Endpoint, parse_request
 from app.domain.gateway.services import Caller, GatewayService
-from app.lib.asgi_io import ClientLeftError, read_body
-from app.lib.asgi_stream import send_event_stream
 
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]

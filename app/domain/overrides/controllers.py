@@ -29,11 +29,10 @@ from app.domain.accounts.principals import Principal
 from app.domain.overrides.schemas import MAX_TARGET, OverrideCreate, OverrideOut
 from app.domain.overrides.services import OverrideService
 from app.domain.overrides.sync import OverrideSync
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
 from app.lib.errors import BadRequestError
-from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
 
 # Checked in the handler: Litestar would name the argument (``conversation_id``) in a 400.

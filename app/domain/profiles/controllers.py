@@ -22,7 +22,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from app.db.models import ModelProfile
 from app.domain.accounts.principals import Principal, RuntimePrincipal
 from app.domain.backends.deps import platform_admin
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.domain.profiles.schemas import (
     LlmCatalog,
@@ -37,7 +37,6 @@ from app.domain.profiles.sync import ProfileSync
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
 from app.lib.errors import PermissionDeniedError
-from app.lib.pagination import DEFAULT_LIMIT, Page
 
 
 def profile_out(row: ModelProfile) -> ProfileOut:

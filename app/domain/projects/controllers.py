@@ -14,7 +14,7 @@ from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.services import UserService, normalize_email
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects import lifecycle
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
@@ -26,7 +26,6 @@ from app.domain.projects.schemas import (
 )
 from app.domain.projects.services import ProjectMemberService, ProjectService
 from app.lib.errors import NotFoundError, PermissionDeniedError
-from app.lib.pagination import DEFAULT_LIMIT, Page
 
 
 def project_out(project: Project, role: str) -> ProjectOut:

@@ -11,7 +11,7 @@ from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenS
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects import lifecycle
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
@@ -23,7 +23,6 @@ from app.domain.projects.schemas import (
     RuntimeTokenOut,
 )
 from app.domain.projects.services import ProjectService
-from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
 

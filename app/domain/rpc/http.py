@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from litestar.types import Receive, Scope, Send
 
+from app.domain.asgi_io import ClientLeftError, read_body
 from app.domain.gateway.callers import CallerResolver
 from app.domain.rpc.methods import RpcContext, http_dispatcher
 from app.domain.rpc.protocol import INVALID_REQUEST, RpcError
@@ -23,7 +24,6 @@ from app.domain.rpc.transport import (
     send_json,
 )
 from app.domain.video.facade import VideoJobs
-from app.lib.asgi_io import ClientLeftError, read_body
 from app.lib.errors import AronaError, PayloadTooLargeError
 
 

@@ -28,6 +28,7 @@ import msgspec
 import structlog
 from msgspec import Meta
 
+from app.domain.paging import Offset
 from app.domain.rpc.dispatch import Dispatcher, Method
 from app.domain.rpc.live import Subscriber
 from app.domain.rpc.protocol import APPLICATION_ERROR, METHOD_NOT_FOUND, RpcError
@@ -35,7 +36,6 @@ from app.domain.video.events import notification_of
 from app.domain.video.facade import DEFAULT_LIST_LIMIT, ListLimit, VideoJobs, VideoOwner
 from app.domain.video.schemas import VideoJobOut, VideoJobRequest
 from app.lib.errors import NotFoundError
-from app.lib.pagination import Offset
 
 MAX_STREAMS = 256
 """Streams one socket may follow at once (finished ones no longer count)."""

@@ -28,6 +28,7 @@ import msgspec
 import structlog
 from litestar.types import Receive, Scope, Send
 
+from app.domain.asgi_stream import send_event_stream
 from app.domain.gateway.callers import CallerResolver
 from app.domain.rpc.live import FeedUnavailableError, LiveHub, Subscriber, SubscriberEndedError
 from app.domain.rpc.methods import stream_not_found
@@ -42,7 +43,6 @@ from app.domain.rpc.transport import (
 )
 from app.domain.video.events import notification_of
 from app.domain.video.facade import VideoJobs, VideoOwner
-from app.lib.asgi_stream import send_event_stream
 from app.lib.errors import AronaError, ServiceUnavailableError
 
 HEARTBEAT_SECONDS = 15.0

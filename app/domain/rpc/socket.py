@@ -32,6 +32,7 @@ from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 from litestar.handlers import WebsocketRouteHandler
 
+from app.domain.asgi_io import refuse_websocket
 from app.domain.gateway.callers import CallerResolver
 from app.domain.rpc.dispatch import Dispatcher
 from app.domain.rpc.live import (
@@ -47,7 +48,6 @@ from app.domain.rpc.protocol import encode, encode_error, invalid_request, notif
 from app.domain.rpc.transport import failure, owner_of, request_id
 from app.domain.video.events import notification_of
 from app.domain.video.facade import VideoJobs, VideoOwner
-from app.lib.asgi_io import refuse_websocket
 from app.lib.errors import AronaError, ServiceUnavailableError
 
 QUEUE_SIZE = 256

@@ -9,10 +9,10 @@ from litestar import Controller, get, post
 from litestar.types import Receive, Scope, Send
 
 from app.domain.accounts.principals import Principal, RuntimePrincipal
+from app.domain.asgi_stream import send_event_stream
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.prepared import ChatReply
 from app.domain.runtime.schemas import RuntimeChatRequest
-from app.lib.asgi_stream import send_event_stream
 from app.lib.errors import ERRORS_OPT, PermissionDeniedError
 
 

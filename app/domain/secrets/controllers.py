@@ -15,7 +15,7 @@ from litestar import Controller, delete, get, patch, post, put
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import ProjectSecret
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectAccess
 from app.domain.secrets.deps import secret_access
@@ -27,7 +27,6 @@ from app.domain.secrets.schemas import (
     SecretValueIn,
 )
 from app.domain.secrets.services import ProjectSecretService, SecretChanges
-from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
 
 

@@ -15,7 +15,7 @@ from litestar import Controller, Request, get
 
 from app.db.models import UsageRecord
 from app.domain.accounts.principals import Principal
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
 from app.domain.usage.schemas import (
@@ -30,7 +30,6 @@ from app.domain.usage.services import (
     UsageRecordService,
     parse_group_by,
 )
-from app.lib.pagination import DEFAULT_LIMIT, Page
 
 PAGE_PARAMS = frozenset({"limit", "offset"})
 SUMMARY_PARAMS = frozenset({"groupBy"})

@@ -23,7 +23,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_204_NO_CONTENT
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
 from app.domain.gateway.deps import GatewayCall
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.video.facade import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, VideoJobs, VideoOwner
 from app.domain.video.prices import VideoPrices
 from app.domain.video.schemas import (
@@ -34,7 +34,6 @@ from app.domain.video.schemas import (
     VideoPriceOut,
 )
 from app.lib.errors import ERRORS_OPT
-from app.lib.pagination import DEFAULT_LIMIT, Page
 
 # A 10 MiB first-frame image is ~13.4 MiB of base64: this route takes more than the
 # API's general body cap.

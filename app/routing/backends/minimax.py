@@ -40,6 +40,8 @@ code. Retryable: the rate-limit and server codes in ``RETRYABLE_CODES``; not ret
 ``NON_RETRYABLE_CODES`` (auth, balance, sensitive content, invalid parameters); any
 other code is retryable only when the HTTP status is 5xx. A non-2xx answer without a
 readable ``base_resp`` follows ``UpstreamError.from_status`` (5xx/408/429 retryable).
+A 429's ``Retry-After`` travels with the error either way, as for OpenAI-compatible
+upstreams, so the client hears when to come back.
 A 2xx body that is not JSON, or lacks what the step needs (``task_id``, ``status``,
 ``download_url``), is a retryable error: a broken answer, not a verdict. Transport
 failures are retryable. Each call has an overall deadline of
@@ -74,11 +76,10 @@ import msgspec
 
 from app.lib.http import Headers, UpstreamHttp, frozen_headers
 from app.routing.backends.base import VideoBackend
+from app.routing.backends.failures import HTTP_ERRORS, exchange_error
 from app.routing.backends.openai import auth_headers
 from app.routing.backends.transport import (
-    HTTP_ERRORS,
     JSON_HEADERS,
-    exchange_error,
     probe_get,
     read_bounded,
     release_or_close,
@@ -167,8 +168,11 @@ def create_body(task: VideoTask) -> dict[str, Any]:
     return body
 
 
-def error_of(code: int, message: str, http_status: int) -> UpstreamError:
-    """The ``UpstreamError`` for a non-zero ``base_resp.status_code``."""
+def error_of(
+    code: int, message: str, http_status: int, *, retry_after: str | None = None
+) -> UpstreamError:
+    """The ``UpstreamError`` for a non-zero ``base_resp.status_code``; ``retry_after`` is
+    the answer's ``Retry-After`` header (forwarded on a 429, as for any upstream)."""
     if code in RETRYABLE_CODES:
         retryable = True
     elif code in NON_RETRYABLE_CODES:
@@ -176,7 +180,13 @@ def error_of(code: int, message: str, http_status: int) -> UpstreamError:
     else:
         retryable = http_status >= 500
     text = message.strip()[:MAX_UPSTREAM_DETAIL_BYTES] or f"MiniMax error {code}"
-    return UpstreamError(text, status=http_status, retryable=retryable, provider_code=code)
+    return UpstreamError(
+        text,
+        status=http_status,
+        retryable=retryable,
+        provider_code=code,
+        retry_after=retry_after,
+    )
 
 
 def malformed(status: int, what: str) -> UpstreamError:
@@ -274,7 +284,7 @@ class MinimaxVideoBackend(VideoBackend):
         scope = asyncio.timeout(self._deadline)
         try:
             async with scope:
-                status, body, complete = await self._exchange(method, url, data)
+                status, body, complete, retry_after = await self._exchange(method, url, data)
         except HTTP_ERRORS as exc:
             if scope.expired():
                 message = f"the upstream did not complete its answer within {self._deadline:g}s"
@@ -283,8 +293,9 @@ class MinimaxVideoBackend(VideoBackend):
         answer = _decode(body) if complete else None
         if not 200 <= status < 300:
             if answer is not None and answer.base_resp and answer.base_resp.status_code != 0:
-                raise error_of(answer.base_resp.status_code, answer.base_resp.status_msg, status)
-            raise UpstreamError.from_status(status, bounded_text(body))
+                base = answer.base_resp
+                raise error_of(base.status_code, base.status_msg, status, retry_after=retry_after)
+            raise UpstreamError.from_status(status, bounded_text(body), retry_after=retry_after)
         if answer is None:
             raise malformed(status, "invalid JSON body" if complete else "answer too large")
         if answer.base_resp is None:
@@ -293,17 +304,21 @@ class MinimaxVideoBackend(VideoBackend):
             raise error_of(answer.base_resp.status_code, answer.base_resp.status_msg, status)
         return status, answer
 
-    async def _exchange(self, method: str, url: str, data: bytes | None) -> tuple[int, bytes, bool]:
-        """Status, body (bounded) and whether the body was read whole."""
+    async def _exchange(
+        self, method: str, url: str, data: bytes | None
+    ) -> tuple[int, bytes, bool, str | None]:
+        """Status, body (bounded), whether the body was read whole, and a 429's
+        ``Retry-After`` header."""
         response: aiohttp.ClientResponse = await self._http.session.request(
             method, url, data=data, headers=self._headers, allow_redirects=False
         )
+        retry_after = response.headers.get("Retry-After") if response.status == 429 else None
         try:
             limit = MAX_ANSWER_BYTES if 200 <= response.status < 300 else MAX_UPSTREAM_DETAIL_BYTES
             body = await read_bounded(response, limit)
         finally:
             release_or_close(response)
-        return response.status, body, len(body) <= limit
+        return response.status, body, len(body) <= limit, retry_after
 
 
 def _decode(body: bytes) -> _Answer | None:

@@ -17,6 +17,7 @@ import msgspec
 
 from app.lib.http import UpstreamHttp, UpstreamLimits, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
+from app.routing.backends.failures import invalid_json, malformed
 from app.routing.backends.ollama_translate import (
     OllamaChat,
     OllamaEmbed,
@@ -30,15 +31,8 @@ from app.routing.backends.ollama_translate import (
     usage_json,
     wants_base64,
 )
-from app.routing.backends.transport import (
-    JSON_HEADERS,
-    UpstreamChatStream,
-    fetch,
-    invalid_json,
-    malformed,
-    open_response,
-    probe_get,
-)
+from app.routing.backends.transport import JSON_HEADERS, fetch, open_response, probe_get
+from app.routing.backends.upstream_stream import UpstreamChatStream
 from app.routing.errors import UpstreamError
 from app.routing.types import (
     BackendSpec,

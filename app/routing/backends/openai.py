@@ -17,16 +17,15 @@ import msgspec
 
 from app.lib.http import Headers, UpstreamHttp, UpstreamLimits, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
+from app.routing.backends.failures import invalid_json, malformed
 from app.routing.backends.transport import (
     JSON_HEADERS,
-    UpstreamChatStream,
     UsageFields,
     fetch,
-    invalid_json,
-    malformed,
     open_response,
     probe_get,
 )
+from app.routing.backends.upstream_stream import UpstreamChatStream
 from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, StreamInterruptedError, UpstreamError
 from app.routing.types import (
     AuthScheme,

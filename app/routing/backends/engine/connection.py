@@ -127,6 +127,8 @@ class EngineConnection:
             raise
         except BaseException as exc:
             await _abort(ws)
+            if isinstance(exc, InvalidStatus) and exc.response.status_code == 429:
+                raise _throttled(exc) from exc
             if isinstance(exc, OSError | WebSocketException):
                 raise UpstreamError.transport(_dial_reason(exc)) from exc
             raise
@@ -345,6 +347,14 @@ def _closed_reason(exc: ConnectionClosed) -> str:
         return "connection lost"
     detail = f": {frame.reason}" if frame.reason else ""
     return f"connection closed (code {frame.code}{detail})"
+
+
+def _throttled(exc: InvalidStatus) -> UpstreamError:
+    """The engine refused the upgrade with a 429: throttling, told the way an HTTP
+    upstream tells it, so its status and ``Retry-After`` reach the client as they do
+    from an OpenAI-compatible backend (other refusals stay transport failures)."""
+    retry_after = exc.response.headers.get("Retry-After")
+    return UpstreamError.from_status(429, "websocket upgrade refused", retry_after=retry_after)
 
 
 def _dial_reason(exc: BaseException) -> str:

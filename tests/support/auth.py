@@ -28,8 +28,8 @@ from app.db.models import RefreshToken, User
 from app.lib.hashing import sha256_hex
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings
-from tests.conftest import REDIS_URL, _pg_url, base_settings, create_database, drop_database
-from tests.helpers import PASSWORD
+from tests.support.helpers import PASSWORD
+from tests.support.settings import REDIS_URL, base_settings, create_database, drop_database, pg_url
 
 
 class CountingHasher(PasswordHasher):
@@ -110,7 +110,7 @@ async def fresh_database(kind: str, tmp_path: Path) -> AsyncIterator[Settings]:
     await create_database(name)
     try:
         settings = base_settings(
-            database_url=_pg_url(name),
+            database_url=pg_url(name),
             redis_url=REDIS_URL,
             redis_prefix=f"test:{uuid.uuid4().hex}:",
             db_pool_size=5,

@@ -14,7 +14,7 @@ from typing import cast
 
 from litestar import Litestar
 
-from app.fakes.common import ASGIApp
+from app.fakes.asgi_io import ASGIApp
 from app.fakes.serve import serve_asgi
 
 

@@ -23,9 +23,9 @@ from app.db.models import CustomLlm, OverrideKey, ProjectSecret
 from app.domain.secrets.aad import custom_llm_aad, override_key_aad
 from app.lib.settings import Settings, VaultKey, load_settings
 from app.lib.vault import Vault, generate_key_spec
-from tests.api.conversation_support import ADMIN, ADMIN_TOKEN
-from tests.api.support import Client, settings_of
-from tests.conftest import AppFactory, with_settings
+from tests.support.api import Client, settings_of
+from tests.support.conversations import ADMIN, ADMIN_TOKEN
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["ADMIN", "ADMIN_TOKEN"]
 

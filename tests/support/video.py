@@ -27,17 +27,17 @@ from sqlalchemy import select
 
 from app.db.models import UsageRecord, VideoJob
 from app.domain.video.views import parse_public_id
-from app.fakes.common import Receive, Scope, Send
+from app.fakes.asgi_io import Receive, Scope, Send
 from app.fakes.minimax_upstream import FakeMinimax
 from app.fakes.serve import serve_asgi
 from app.lib.events.redis import RedisEventBus
 from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
-from tests.api.auth_support import fresh_database
-from tests.api.routing_support import ADMIN, ADMIN_TOKEN, register_backend, wait_healthy
-from tests.api.support import create_api_key, db_session, eventually
-from tests.conftest import with_settings
-from tests.helpers import bearer, new_project, new_user
+from tests.support.api import create_api_key, db_session, eventually
+from tests.support.auth import fresh_database
+from tests.support.helpers import bearer, new_project, new_user
+from tests.support.routing import ADMIN, ADMIN_TOKEN, register_backend, wait_healthy
+from tests.support.settings import with_settings
 
 MINIMAX_KEY = "mm-key-" + "k" * 24
 POLL_PATH = "/v1/query/video_generation"

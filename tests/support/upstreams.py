@@ -1,17 +1,20 @@
-"""Helpers for the routing tests: raw bodies, SSE parsing, scripted upstreams."""
+"""Helpers for the routing tests: raw bodies, SSE parsing, scripted upstreams, served
+fakes."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from app.fakes.common import Receive, Scope, Send, read_body
+from app.fakes.asgi_io import Receive, Scope, Send, read_body
+from app.fakes.common import FakeUpstream
 from app.fakes.minimax_upstream import FakeMinimax
 from app.routing.backends.base import ChatStream
+from app.routing.backends.engine import EngineBackend
 from app.routing.types import RawBody, UpstreamCall
 
 CHAT_MESSAGES = [{"role": "user", "content": "Say hello"}]
@@ -129,3 +132,18 @@ MINIMAX_KEY = "mm-secret-key"
 class ServedMinimax:
     fake: FakeMinimax
     url: str
+
+
+F = TypeVar("F", bound=FakeUpstream)
+
+UPSTREAM_KEY = "sk-upstream-secret"
+PATH_PREFIX = "/api/paas/v4"
+
+
+@dataclass
+class Served(Generic[F]):
+    fake: F
+    url: str
+
+
+EngineFactory = Callable[..., EngineBackend]

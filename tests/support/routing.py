@@ -18,10 +18,10 @@ from litestar.testing import AsyncTestClient
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.settings import Settings
-from tests.api.auth_support import fresh_database
-from tests.api.support import Client, eventually
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import bearer
+from tests.support.api import Client, eventually
+from tests.support.auth import fresh_database
+from tests.support.helpers import bearer
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "admin-" + "t" * 40
 ADMIN = bearer(ADMIN_TOKEN)

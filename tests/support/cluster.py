@@ -28,16 +28,16 @@ import openai
 from app.db.migrate import upgrade
 from app.lib.ports import free_port
 from app.lib.vault import generate_key_spec
-from tests.conftest import (
+from tests.support.helpers import PASSWORD, bearer, unique_email
+from tests.support.settings import (
     JWT_SECRET,
     PG_ADMIN_DSN,
     REDIS_URL,
-    _pg_url,
     base_settings,
     create_database,
     drop_database,
+    pg_url,
 )
-from tests.helpers import PASSWORD, bearer, unique_email
 
 ARONA = str(Path(sys.executable).parent / "arona")
 ADMIN_TOKEN = "cluster-admin-" + "c" * 40
@@ -194,7 +194,7 @@ async def running_cluster(
     overrides every replica's settings, ``per_replica_env[i]`` replica i's."""
     name = f"arona_cluster_{uuid.uuid4().hex[:10]}"
     await create_database(name)
-    database_url = _pg_url(name)
+    database_url = pg_url(name)
     dsn = f"{PG_ADMIN_DSN.rsplit('/', 1)[0]}/{name}"
     replicas: list[Replica] = []
     try:

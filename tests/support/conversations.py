@@ -19,9 +19,9 @@ from litestar.testing import AsyncTestClient
 
 from app.db.config import build_db_config, install_sqlite_pragmas
 from app.lib.settings import Settings
-from tests.api.support import Client, create_api_key, create_runtime_token, settings_of
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import bearer, new_project, new_user
+from tests.support.api import Client, create_api_key, create_runtime_token, settings_of
+from tests.support.helpers import bearer, new_project, new_user
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "admin-" + "c" * 40
 ADMIN = bearer(ADMIN_TOKEN)

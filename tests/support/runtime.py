@@ -12,8 +12,8 @@ import msgspec
 
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
-from tests.gateway.conftest import ADMIN, GatewayEnv, unique
-from tests.helpers import bearer
+from tests.support.gateway import ADMIN, GatewayEnv, unique
+from tests.support.helpers import bearer
 
 
 @dataclass

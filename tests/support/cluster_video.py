@@ -25,12 +25,12 @@ from typing import Any
 import asyncpg
 import openai
 
-from app.fakes.common import Receive, Scope, Send
+from app.fakes.asgi_io import Receive, Scope, Send
 from app.fakes.minimax_scripts import FakeTask
 from app.fakes.minimax_upstream import FakeMinimax
 from app.fakes.serve import serve_asgi
-from tests.api.video_support import polled_task
-from tests.cluster.support import Cluster, register_backend, unique, wait_healthy_everywhere
+from tests.support.cluster import Cluster, register_backend, unique, wait_healthy_everywhere
+from tests.support.video import polled_task
 
 MINIMAX_KEY = "mm-cluster-" + "k" * 24
 FINAL = ("done", "failed", "cancelled")

@@ -19,7 +19,7 @@ from typing import IO, Any, NamedTuple
 import httpx
 import pytest
 
-from tests.conftest import JWT_SECRET
+from tests.support.settings import JWT_SECRET
 
 ARONA = str(Path(sys.executable).parent / "arona")
 START_SECONDS = 60.0

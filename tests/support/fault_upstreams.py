@@ -36,7 +36,7 @@ from typing import Literal
 import msgspec
 import openai
 
-from app.fakes.common import Receive, Scope, Send
+from app.fakes.asgi_io import Receive, Scope, Send
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 

@@ -18,10 +18,10 @@ from sqlalchemy import delete, event
 
 from app.db.models import ModelProfile, ProjectProfileSettings
 from app.lib.settings import Settings
-from tests.api.auth_support import execute, fresh_database
-from tests.api.support import Client, create_api_key, create_runtime_token, resources_of
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import bearer, new_project, new_user
+from tests.support.api import Client, create_api_key, create_runtime_token, resources_of
+from tests.support.auth import execute, fresh_database
+from tests.support.helpers import bearer, new_project, new_user
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "admin-" + "p" * 40
 ADMIN = bearer(ADMIN_TOKEN)

@@ -24,9 +24,10 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from app.lib.settings import Settings
 from app.server.resources import Resources
-from tests.api.live_server import live_server
-from tests.api.routing_support import ADMIN
-from tests.api.video_support import (
+from tests.support.live_server import live_server
+from tests.support.routing import ADMIN
+from tests.support.settings import AppFactory
+from tests.support.video import (
     Minimax,
     Tenant,
     add_minimax_backend,
@@ -35,7 +36,6 @@ from tests.api.video_support import (
     unique_model,
     video_pg_settings,
 )
-from tests.conftest import AppFactory
 
 FRAME_TIMEOUT = 10.0
 JOB_TIMEOUT = 30.0

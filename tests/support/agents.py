@@ -29,11 +29,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from app.lib.ports import free_port
 from app.lib.settings import Settings
 from app.server.resources import Resources
-from tests.api.auth_support import fresh_database
-from tests.api.live_server import live_server
-from tests.api.support import eventually
-from tests.conftest import AppFactory, with_settings
-from tests.helpers import bearer, new_project, new_user
+from tests.support.api import eventually
+from tests.support.auth import fresh_database
+from tests.support.helpers import bearer, new_project, new_user
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "agents-admin-" + "a" * 32
 ADMIN = bearer(ADMIN_TOKEN)
@@ -142,7 +142,7 @@ class Panel:
 
 @contextlib.asynccontextmanager
 async def serve_panel(app: Litestar, port: int | None = None) -> AsyncIterator[Panel]:
-    """Like ``tests.api.live_server`` but on a chosen port (a restarted panel keeps its
+    """Like ``tests.support.live_server`` but on a chosen port (a restarted panel keeps its
     address, as agents expect). By default a port below the ephemeral range, so that
     no connection takes it while the panel is down (an agent reconnecting to it could
     even connect to itself on an ephemeral one)."""

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from app.db.models import User
 from app.lib.settings import Settings
 from app.server.resources import Resources
-from tests.helpers import bearer, login, register, unique_email
+from tests.support.helpers import bearer, login, register, unique_email
 
 Client = AsyncTestClient[Litestar]
 
