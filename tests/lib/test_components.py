@@ -52,7 +52,11 @@ async def test_periodic_calls_its_body_every_interval() -> None:
     assert isinstance(task_spec, BackgroundTask)
     assert task_spec.name == "tick"
     assert task_spec.task_name is None
-    task = asyncio.create_task(task_spec.run())
+
+    async def run() -> None:
+        await task_spec.run()
+
+    task = asyncio.create_task(run())
     await asyncio.wait_for(third_call.wait(), 5.0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
