@@ -16,12 +16,9 @@ from litestar.template.config import TemplateConfig
 
 from app import __version__
 from app.domain.accounts.controllers import AuthController
-from app.domain.accounts.deps import accounts_dependencies
 from app.domain.agents.controllers import AgentAdminController, AgentDeploymentController
-from app.domain.agents.deps import agents_dependencies
 from app.domain.agents.socket import agent_socket
 from app.domain.backends.controllers import AliasAdminController, BackendAdminController
-from app.domain.backends.deps import backends_dependencies
 from app.domain.backends.failover import FailoverAdminController
 from app.domain.console.auth_pages import ConsoleAuthPages
 from app.domain.console.project_pages import ProjectPages
@@ -31,34 +28,25 @@ from app.domain.conversations.controllers import (
     ProjectConversationController,
     RuntimeConversationController,
 )
-from app.domain.conversations.deps import conversations_dependencies
 from app.domain.custom_llms.controllers import CustomLlmController
-from app.domain.custom_llms.deps import custom_llms_dependencies
 from app.domain.dashboard.pages import DASHBOARD_ROUTES
 from app.domain.gateway.asgi import gateway_asgi_handlers
 from app.domain.gateway.controllers import GatewayController
-from app.domain.gateway.deps import gateway_dependencies
 from app.domain.overrides.controllers import OverrideController
-from app.domain.overrides.deps import overrides_dependencies
 from app.domain.profiles.controllers import (
     ModelProfileAdminController,
     ProjectModelsController,
     RuntimeCatalogController,
 )
-from app.domain.profiles.deps import profiles_dependencies
 from app.domain.projects.controllers import ProjectController
 from app.domain.projects.credential_controllers import ApiKeyController, RuntimeTokenController
-from app.domain.projects.deps import projects_dependencies
 from app.domain.quotas.controllers import ProjectQuotaController, QuotaAdminController
-from app.domain.quotas.deps import quotas_dependencies
 from app.domain.rpc.routes import rpc_routes
 from app.domain.runtime.controllers import RuntimeController
 from app.domain.secrets.controllers import ProjectSecretController
-from app.domain.secrets.deps import secrets_dependencies
 from app.domain.usage.controllers import ProjectUsageController
-from app.domain.usage.deps import usage_dependencies
 from app.domain.video.controllers import VideoGenerationController, VideoPriceAdminController
-from app.domain.web.deps import web_dependencies
+from app.lib.components import provided
 from app.lib.logging import configure_logging
 from app.lib.passwords import PasswordHasher
 from app.lib.settings import Settings, load_settings
@@ -81,37 +69,11 @@ def _constant(value: object) -> Provide:
     return Provide(provide, use_cache=True, sync_to_thread=False)
 
 
-def _resource_dependencies(resources: Resources) -> dict[str, Provide]:
+def _dependencies(resources: Resources) -> dict[str, Provide]:
+    """What every area provides: its own providers as they are, objects as constants."""
     return {
-        "settings": _constant(resources.settings),
-        "state_store": _constant(resources.state_store),
-        "event_bus": _constant(resources.event_bus),
-        "vault": _constant(resources.vault),
-        "token_service": _constant(resources.token_service),
-        "password_hasher": _constant(resources.password_hasher),
-        "revocations": _constant(resources.revocations),
-        "authenticator": _constant(resources.authenticator),
-        "api_key_sync": _constant(resources.api_key_sync),
-        "backend_registry": _constant(resources.backend_registry),
-        "alias_table": _constant(resources.alias_table),
-        "profile_table": _constant(resources.profile_table),
-        "profile_catalog": _constant(resources.profile_catalog),
-        "profile_sync": _constant(resources.profile_sync),
-        "custom_llms": _constant(resources.custom_llms),
-        "override_index": _constant(resources.override_index),
-        "override_sync": _constant(resources.override_sync),
-        "health_checker": _constant(resources.health_checker),
-        "routing_sync": _constant(resources.routing_sync),
-        "usage_writer": _constant(resources.usage_writer),
-        "quota_gate": _constant(resources.quota_gate),
-        "quota_sync": _constant(resources.quota_sync),
-        "failover_control": _constant(resources.failover_control),
-        "web_sessions": _constant(resources.web_sessions),
-        "runtime_chat": _constant(resources.runtime_chat),
-        "vllm_metrics": _constant(resources.vllm_metrics),
-        "agents": _constant(resources.agents),
-        "video_jobs": _constant(resources.video_jobs),
-        "video_prices": _constant(resources.video_prices),
+        name: value if isinstance(value, Provide) else _constant(value)
+        for name, value in provided(resources.components).items()
     }
 
 
@@ -181,22 +143,7 @@ def create_app(
             *DASHBOARD_ROUTES,
             create_static_files_router(path="/static", directories=[STATIC_DIR]),
         ],
-        dependencies={
-            **_resource_dependencies(resources),
-            **accounts_dependencies(),
-            **projects_dependencies(),
-            **backends_dependencies(),
-            **agents_dependencies(),
-            **conversations_dependencies(),
-            **quotas_dependencies(),
-            **usage_dependencies(),
-            **secrets_dependencies(),
-            **profiles_dependencies(),
-            **custom_llms_dependencies(),
-            **overrides_dependencies(),
-            **gateway_dependencies(resources.callers, resources.gateway),
-            **web_dependencies(),
-        },
+        dependencies=_dependencies(resources),
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],
         template_config=TemplateConfig(directory=TEMPLATES_DIR, engine=JinjaTemplateEngine),
         lifespan=[build_lifespan(resources)],

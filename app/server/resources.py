@@ -1,7 +1,8 @@
 """The per-process objects the app is built from, created once from settings.
 
 Nothing here is a module global: ``build_resources`` returns a fresh set each call,
-so tests can run several apps side by side.
+so tests can run several apps side by side. Each area builds its own objects in its
+``wiring.py``; this module builds the shared core and lists the areas in order.
 """
 
 from __future__ import annotations
@@ -9,43 +10,55 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from redis.asyncio import Redis
-from sqlalchemy import select
 
 from app.db.config import build_db_config, install_sqlite_pragmas
-from app.db.models import ApiKey
 from app.db.outage import unavailable_on_outage
 from app.domain.accounts.authenticator import Authenticator
-from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, KeyLookup
+from app.domain.accounts.keyring import ApiKeyIndex
 from app.domain.accounts.last_used import LastUsedRecorder
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.agents.setup import Agents, build_agents
+from app.domain.accounts.wiring import AccountsWiring
+from app.domain.agents.setup import Agents
+from app.domain.agents.wiring import AgentsWiring
 from app.domain.backends.failover import FailoverControl
 from app.domain.backends.sync import RoutingConfigSync
-from app.domain.custom_llms.setup import CustomLlms, build_custom_llms
+from app.domain.backends.wiring import FailoverWiring, RoutingWiring
+from app.domain.conversations.deps import conversations_dependencies
+from app.domain.custom_llms.setup import CustomLlms
+from app.domain.custom_llms.wiring import CustomLlmsWiring
 from app.domain.gateway.admission import CallAdmission
 from app.domain.gateway.callers import CallerResolver
+from app.domain.gateway.deps import gateway_dependencies
 from app.domain.gateway.services import GatewayService
 from app.domain.overrides.index import OverrideIndex
-from app.domain.overrides.sync import OverrideSync, build_override_sync
+from app.domain.overrides.sync import OverrideSync
+from app.domain.overrides.wiring import OverridesWiring
 from app.domain.profiles.catalog import ProfileCatalog
-from app.domain.profiles.sync import ProfileSync, build_profile_sync
+from app.domain.profiles.sync import ProfileSync
+from app.domain.profiles.wiring import ProfilesWiring
+from app.domain.projects.deps import projects_dependencies
 from app.domain.projects.memberships import ProjectMemberships, db_membership_loader
 from app.domain.quotas.gate import QuotaGate
-from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_loader
+from app.domain.quotas.limits import QuotaSync
+from app.domain.quotas.wiring import QuotasWiring
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.conversation_store import ConversationStore
-from app.domain.usage.recorder import UsageRecorder, build_usage_recorder
+from app.domain.secrets.deps import secrets_dependencies
+from app.domain.usage.recorder import UsageRecorder
+from app.domain.usage.wiring import UsageWiring
 from app.domain.video.facade import VideoJobs
 from app.domain.video.poller import VideoPoller
 from app.domain.video.prices import VideoPrices
-from app.domain.video.setup import build_video
+from app.domain.video.wiring import VideoWiring
 from app.domain.web.sessions import WebSessions
+from app.domain.web.wiring import WebWiring
+from app.lib.components import Component, Provides
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
 from app.lib.events.redis import RedisEventBus
@@ -59,23 +72,14 @@ from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
 from app.lib.tokens import TokenService
 from app.lib.vault import Vault
-from app.routing.affinity import AffinityStore
 from app.routing.aliases import AliasTable
-from app.routing.backends.base import Backend
-from app.routing.backends.factory import build_backend
-from app.routing.breaker import CircuitBreaker
-from app.routing.evernight import BridgeClient, EvernightTunnels
-from app.routing.failover import FailoverPolicy, ProfileFailoverStatus
 from app.routing.health import HealthChecker
-from app.routing.latency import LatencyTracker
 from app.routing.load_share import LoadShare
-from app.routing.profiles import Profile, ProfileTable
+from app.routing.profiles import ProfileTable
 from app.routing.registry import BackendRegistry
-from app.routing.router import Router
 from app.routing.service import RoutingService
 from app.routing.shared_latency import SharedLatency
 from app.routing.shared_verdicts import SharedVerdicts
-from app.routing.types import BackendSpec
 from app.routing.vllm_metrics import VllmMetricsCache
 from app.server.metrics import HttpMetrics
 
@@ -142,47 +146,43 @@ class Resources:
     """This process among the replicas (probe rounds, shared verdicts)."""
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
     owns_password_hasher: bool = True
+    components: tuple[Component, ...] = ()
+    """Every area's wiring, in dependency order (see ``app.lib.components``); the app's
+    dependencies, background tasks, outage re-sync and shutdown loop over them. The
+    fields above are the same objects, named for direct use (tests, ``app.state``)."""
 
 
-def _key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup]:
-    async def load_all() -> Iterable[tuple[str, ActiveApiKey]]:
-        async with db_config.get_session() as session:
-            rows = await session.execute(
-                select(ApiKey.key_hash, ApiKey.id, ApiKey.project_id).where(
-                    ApiKey.revoked_at.is_(None)
-                )
-            )
-            return [(h, ActiveApiKey(key_id=i, project_id=p)) for h, i, p in rows]
+class CoreWiring(Component):
+    """What every area is built on; first in the list, so it closes last."""
 
-    async def lookup_one(key_hash: str) -> ActiveApiKey | None:
-        async with db_config.get_session() as session:
-            row = (
-                await session.execute(
-                    select(ApiKey.id, ApiKey.project_id).where(
-                        ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
-                    )
-                )
-            ).first()
-            return None if row is None else ActiveApiKey(key_id=row[0], project_id=row[1])
+    name = "core"
 
-    return load_all, lookup_one
+    def __init__(self, resources: Resources) -> None:
+        self._resources = resources
 
+    def provides(self) -> Mapping[str, object]:
+        r = self._resources
+        return {
+            "settings": r.settings,
+            "state_store": r.state_store,
+            "event_bus": r.event_bus,
+            "vault": r.vault,
+            "token_service": r.token_service,
+            "password_hasher": r.password_hasher,
+        }
 
-def _backend_factory(http_client: UpstreamHttp) -> Callable[[BackendSpec], Backend]:
-    def build(spec: BackendSpec) -> Backend:
-        return build_backend(spec, http_client)
-
-    return build
-
-
-def _breaker_factory(settings: Settings) -> Callable[[], CircuitBreaker]:
-    def build() -> CircuitBreaker:
-        return CircuitBreaker(
-            threshold=settings.breaker_failure_threshold,
-            open_seconds=settings.breaker_open_seconds,
-        )
-
-    return build
+    async def aclose(self) -> None:
+        r = self._resources
+        await r.http_client.aclose()
+        # The SQLAlchemy plugin disposed the engine before this point (its lifespan
+        # exits first); a flush at shutdown may have reopened a connection.
+        await r.db_config.get_engine().dispose()
+        await r.event_bus.close()
+        await r.state_store.close()
+        if r.redis is not None:
+            await r.redis.aclose()
+        if r.owns_password_hasher:
+            r.password_hasher.close()
 
 
 def build_resources(settings: Settings, password_hasher: PasswordHasher | None = None) -> Resources:
@@ -191,6 +191,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     # Foreign keys (ON DELETE CASCADE of a project's keys, tokens and members) are off
     # in SQLite unless every connection turns them on.
     install_sqlite_pragmas(db_config.get_engine())
+    engine = db_config.get_engine()
     redis: Redis | None = None
     metrics = HttpMetrics()
     state_store: StateStore
@@ -205,100 +206,78 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     else:
         state_store = MemoryStateStore()
         event_bus = MemoryEventBus()
+    bus = event_bus
     tokens = TokenService(settings.jwt_secret)
-    revocations = RevocationList(state_store)
-    load_all, lookup_one = _key_loaders(db_config)
-    index = ApiKeyIndex(
-        load_all,
-        lookup_one,
-        negative_ttl=settings.negative_key_cache_ttl_seconds,
-    )
-    last_used = LastUsedRecorder(db_config.get_engine())
     vault = Vault(settings.vault_keys)
     http_client = build_http_client(
         connect_timeout=settings.upstream_connect_timeout_seconds,
         read_timeout=settings.upstream_read_timeout_seconds,
         limits=UpstreamLimits.of(settings),
     )
-    registry = BackendRegistry(
-        factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)
-    )
-    aliases = AliasTable()
-    vllm_metrics = VllmMetricsCache(
-        fresh_seconds=settings.vllm_metrics_fresh_seconds,
-        busy_seconds=settings.vllm_metrics_busy_seconds,
-        expire_seconds=settings.vllm_metrics_expire_seconds,
-    )
-    router = Router(
-        registry,
-        aliases,
-        AffinityStore(state_store),
-        metrics=vllm_metrics,
-        cooldown_seconds=settings.backend_cooldown_seconds,
-        score_kind=settings.routing_score,
-    )
-    routing = RoutingService(registry, router)
     instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    usage_writer = build_usage_recorder(
-        settings, db_config.get_engine(), redis, registry=metrics.registry
+    accounts = AccountsWiring(
+        settings, db_config=db_config, state_store=state_store, bus=bus, tokens=tokens
     )
-    quota_sync = QuotaSync(QuotaLimitsCache(db_limits_loader(db_config)), event_bus)
-    quota_gate = QuotaGate(state_store, quota_sync.cache, registry=metrics.registry)
-    profiles = ProfileTable()
-    profile_sync = build_profile_sync(profiles, event_bus, db_config)
-    custom_llms = build_custom_llms(settings, db_config, vault, event_bus, profile_sync.catalog)
-    override_sync = build_override_sync(vault, event_bus, db_config)
+    routing = RoutingWiring(
+        settings,
+        db_config=db_config,
+        state_store=state_store,
+        bus=bus,
+        vault=vault,
+        http_client=http_client,
+        instance_id=instance_id,
+    )
+    usage = UsageWiring(settings, engine=engine, redis=redis, registry=metrics.registry)
+    quotas = QuotasWiring(
+        db_config=db_config, state_store=state_store, bus=bus, registry=metrics.registry
+    )
+    profiles = ProfilesWiring(db_config=db_config, bus=bus)
+    custom = CustomLlmsWiring(
+        settings, db_config=db_config, vault=vault, bus=bus, catalog=profiles.catalog
+    )
+    overrides = OverridesWiring(db_config=db_config, vault=vault, bus=bus)
+    failover = FailoverWiring(
+        settings,
+        db_config=db_config,
+        bus=bus,
+        routing=routing,
+        profiles=profiles.table,
+        instance_id=instance_id,
+    )
+    web = WebWiring(settings, state_store=state_store)
+    agents = AgentsWiring(
+        settings, db_config=db_config, bus=bus, vault=vault, routing_sync=routing.routing_sync
+    )
+    video = VideoWiring(
+        settings, engine=engine, routing=routing.routing, quotas=quotas.gate, bus=bus
+    )
+    # One call lifecycle for every surface: who pays (admission), then route and meter.
     admission = CallAdmission(
-        overrides=override_sync.index,
-        quotas=quota_gate,
-        custom=custom_llms.directory,
-        custom_http=custom_llms.http,
+        overrides=overrides.index,
+        quotas=quotas.gate,
+        custom=custom.custom_llms.directory,
+        custom_http=custom.custom_llms.http,
         breaker_threshold=settings.breaker_failure_threshold,
         breaker_open_seconds=settings.breaker_open_seconds,
     )
-
-    def on_failover_change(status: ProfileFailoverStatus) -> None:
-        failover_control.status_changed(status)
-
-    def link_has_backend(profile: Profile) -> bool:
-        return router.can_serve(profile.base_model, profile.tags)
-
-    failover_policy = FailoverPolicy(
-        profiles,
-        LatencyTracker(
-            window_seconds=settings.failover_window_seconds,
-            min_samples=settings.failover_min_samples,
+    callers = CallerResolver(
+        accounts.authenticator,
+        ProjectMemberships(
+            unavailable_on_outage(
+                db_membership_loader(db_config), "project memberships cannot be read"
+            )
         ),
-        on_change=on_failover_change,
-        has_backend=link_has_backend,
-        in_pool=lambda profile, model, backend: router.in_pool(
-            profile.base_model, profile.tags, model, backend
-        ),
-        default_threshold_ms=settings.failover_slow_threshold_ms,
     )
-    routing.on_first_token(failover_policy.record_call)
-    failover_control = FailoverControl(policy=failover_policy, bus=event_bus, db_config=db_config)
-    shared_latency = SharedLatency(failover_policy, event_bus, instance=instance_id)
-    shared_latency.watch()
-    routing_sync = RoutingConfigSync(
-        registry=registry,
-        aliases=aliases,
-        bus=event_bus,
-        vault=vault,
-        db_config=db_config,
-        tunnels=EvernightTunnels(BridgeClient(settings.evernight_url).connect),
+    runtime_chat = RuntimeChatService(
+        routing=routing.routing,
+        profiles=profiles.table,
+        catalog=profiles.catalog,
+        failover=failover.policy,
+        conversations=ConversationStore(db_config),
+        usage=usage.writer,
+        admission=admission,
     )
-    authenticator = Authenticator(
-        tokens=tokens,
-        revocations=revocations,
-        api_keys=index,
-        last_used=last_used,
-        admin_token=settings.admin_token,
-    )
-    video_jobs, video_poller, video_prices = build_video(
-        settings, engine=db_config.get_engine(), routing=routing, quotas=quota_gate, bus=event_bus
-    )
-    return Resources(
+    resources = Resources(
         settings=settings,
         db_config=db_config,
         state_store=state_store,
@@ -308,64 +287,64 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         token_service=tokens,
         password_hasher=password_hasher or PasswordHasher(),
         owns_password_hasher=password_hasher is None,
-        revocations=revocations,
-        api_key_index=index,
-        api_key_sync=ApiKeySync(index, event_bus),
-        last_used=last_used,
-        authenticator=authenticator,
-        callers=CallerResolver(
-            authenticator,
-            ProjectMemberships(
-                unavailable_on_outage(
-                    db_membership_loader(db_config), "project memberships cannot be read"
-                )
-            ),
-        ),
+        revocations=accounts.revocations,
+        api_key_index=accounts.api_key_index,
+        api_key_sync=accounts.api_key_sync,
+        last_used=accounts.last_used,
+        authenticator=accounts.authenticator,
+        callers=callers,
         http_client=http_client,
-        backend_registry=registry,
-        alias_table=aliases,
-        profile_table=profiles,
-        profile_catalog=profile_sync.catalog,
-        profile_sync=profile_sync,
-        custom_llms=custom_llms,
-        override_index=override_sync.index,
-        override_sync=override_sync,
-        health_checker=HealthChecker(
-            registry,
-            event_bus,
-            interval=settings.health_interval_seconds,
-            store=state_store,
-            instance=instance_id,
-        ),
-        load_share=LoadShare(registry, event_bus, instance=instance_id),
-        shared_verdicts=SharedVerdicts(
-            registry, router, state_store, event_bus, instance=instance_id
-        ),
-        shared_latency=shared_latency,
+        backend_registry=routing.registry,
+        alias_table=routing.aliases,
+        profile_table=profiles.table,
+        profile_catalog=profiles.catalog,
+        profile_sync=profiles.sync,
+        custom_llms=custom.custom_llms,
+        override_index=overrides.index,
+        override_sync=overrides.sync,
+        health_checker=routing.health_checker,
+        load_share=routing.load_share,
+        shared_verdicts=routing.shared_verdicts,
+        shared_latency=failover.shared_latency,
         instance_id=instance_id,
-        routing_sync=routing_sync,
-        agents=build_agents(
-            settings, db_config=db_config, bus=event_bus, vault=vault, routing_sync=routing_sync
-        ),
-        usage_writer=usage_writer,
-        quota_gate=quota_gate,
-        quota_sync=quota_sync,
+        routing_sync=routing.routing_sync,
+        agents=agents.agents,
+        usage_writer=usage.writer,
+        quota_gate=quotas.gate,
+        quota_sync=quotas.sync,
         metrics=metrics,
-        routing=routing,
-        gateway=GatewayService(routing, usage_writer, admission),
-        failover_control=failover_control,
-        runtime_chat=RuntimeChatService(
-            routing=routing,
-            profiles=profiles,
-            catalog=profile_sync.catalog,
-            failover=failover_policy,
-            conversations=ConversationStore(db_config),
-            usage=usage_writer,
-            admission=admission,
-        ),
-        web_sessions=WebSessions(state_store, idle_seconds=settings.session_idle_seconds),
-        vllm_metrics=vllm_metrics,
-        video_jobs=video_jobs,
-        video_poller=video_poller,
-        video_prices=video_prices,
+        routing=routing.routing,
+        gateway=GatewayService(routing.routing, usage.writer, admission),
+        failover_control=failover.control,
+        runtime_chat=runtime_chat,
+        web_sessions=web.sessions,
+        vllm_metrics=routing.vllm_metrics,
+        video_jobs=video.jobs,
+        video_poller=video.poller,
+        video_prices=video.prices,
     )
+    # Start-up and tasks in this order, stop and close in reverse (docs/architecture.md,
+    # "Wiring"): the core closes last, after usage has drained into the database.
+    resources.components = (
+        CoreWiring(resources),
+        accounts,
+        routing,
+        profiles,
+        failover,
+        custom,
+        overrides,
+        quotas,
+        usage,
+        web,
+        agents,
+        video,
+        Provides(
+            "calls",
+            {"runtime_chat": runtime_chat, **gateway_dependencies(callers, resources.gateway)},
+        ),
+        # Areas that provide only request-scoped services.
+        Provides("projects", projects_dependencies()),
+        Provides("conversations", conversations_dependencies()),
+        Provides("secrets", secrets_dependencies()),
+    )
+    return resources

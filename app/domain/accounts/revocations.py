@@ -9,7 +9,7 @@ and all of them are refused from then on, not only the one that logged out. The 
 lives as long as such an access token can.
 
 The marks are rebuilt from the database at start-up and when Redis goes away
-(``app.server.redis_outage``): the family from ``refresh_token.revoked_at``, runtime
+(``app.domain.accounts.wiring``): the family from ``refresh_token.revoked_at``, runtime
 tokens from their rows or, for a deleted project's, from ``token_revocation``.
 """
 

@@ -1,7 +1,7 @@
 """Dependency providers of the agents area (resolved by name by Litestar).
 
 The per-app ``Agents`` bundle (hub, deployer, tokens) is exposed by
-``app.server.app`` as ``agents``.
+``wiring.py`` as ``agents``.
 """
 
 from __future__ import annotations

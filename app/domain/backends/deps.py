@@ -1,7 +1,7 @@
 """Dependency providers of the backends area (resolved by name by Litestar).
 
 The registry, alias table and sync object are per-app resources, exposed by
-``app.server.app`` as ``backend_registry``, ``alias_table`` and ``routing_sync``.
+``wiring.py`` as ``backend_registry``, ``alias_table`` and ``routing_sync``.
 """
 
 from __future__ import annotations

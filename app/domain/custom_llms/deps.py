@@ -2,7 +2,7 @@
 
 The per-process bundle (directory, guarded HTTP pool, URL guard, sync) is the
 ``custom_llms`` resource (``app.domain.custom_llms.setup.CustomLlms``), exposed by
-``app.server.app``.
+``wiring.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Dependency providers of the overrides area (resolved by name by Litestar).
 
-The index and its sync object are per-app resources, exposed by ``app.server.app`` as
+The index and its sync object are per-app resources, exposed by ``wiring.py`` as
 ``override_index`` and ``override_sync``.
 """
 

@@ -1,6 +1,6 @@
 """Dependency providers of the profiles area (resolved by name by Litestar).
 
-The catalog and the sync object are per-app resources, exposed by ``app.server.app``
+The catalog and the sync object are per-app resources, exposed by ``wiring.py``
 as ``profile_catalog`` and ``profile_sync`` (and ``profile_table``).
 """
 

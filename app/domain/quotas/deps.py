@@ -1,6 +1,6 @@
 """Dependency providers of the quotas area (resolved by name by Litestar).
 
-The gate and the sync object are per-app resources, exposed by ``app.server.app`` as
+The gate and the sync object are per-app resources, exposed by ``wiring.py`` as
 ``quota_gate`` and ``quota_sync``.
 """
 

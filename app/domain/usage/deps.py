@@ -1,6 +1,6 @@
 """Dependency providers of the usage area (resolved by name by Litestar).
 
-The recorder (``usage_writer``) is a per-app resource, exposed by ``app.server.app``.
+The recorder (``usage_writer``) is a per-app resource, provided by ``wiring.py``.
 """
 
 from __future__ import annotations
