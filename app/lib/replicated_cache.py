@@ -36,7 +36,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 from uuid import UUID, uuid4
 
 import structlog
@@ -193,6 +193,21 @@ def uuid_field(event: Event, name: str) -> UUID | None:
         return UUID(raw)
     except ValueError:
         return None
+
+
+class Changes(Protocol):
+    """What a service that writes cached data calls after each write."""
+
+    async def changed(self, key: UUID) -> None: ...
+
+
+class _Unpublished:
+    async def changed(self, key: UUID) -> None:
+        """Nobody caches what this writer changes."""
+
+
+UNPUBLISHED: Changes = _Unpublished()
+"""The ``Changes`` of a service made outside a request (start-up seeding, reads)."""
 
 
 class CacheSync:

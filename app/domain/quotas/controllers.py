@@ -26,7 +26,7 @@ from app.domain.paging import LimitQuery, OffsetQuery
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage
-from app.domain.quotas.limits import QuotaLimits, QuotaSync
+from app.domain.quotas.limits import QuotaLimits
 from app.domain.quotas.schemas import (
     AdminQuotaIn,
     LimitsOut,
@@ -137,7 +137,6 @@ class QuotaAdminController(Controller):
         platform_admin: Principal,
         projects_service: ProjectService,
         project_quotas_service: ProjectQuotaService,
-        quota_sync: QuotaSync,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
         if await projects_service.get_one_or_none(Project.id == project_id) is None:
@@ -147,7 +146,6 @@ class QuotaAdminController(Controller):
             WindowValues(data.per_minute, data.per_day, data.per_month),
             fail_closed=data.fail_closed if isinstance(data.fail_closed, bool) else None,
         )
-        await quota_sync.project_changed(project_id)
         return await quota_out(project_id, row, quota_gate)
 
 
@@ -177,7 +175,6 @@ class ProjectQuotaController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         project_quotas_service: ProjectQuotaService,
-        quota_sync: QuotaSync,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
         access = await projects_service.access(principal, project_id)
@@ -185,7 +182,6 @@ class ProjectQuotaController(Controller):
         row = await project_quotas_service.set_owner_limits(
             project_id, WindowValues(data.per_minute, data.per_day, data.per_month)
         )
-        await quota_sync.project_changed(project_id)
         return await quota_out(project_id, row, quota_gate)
 
     @get("/usage")

@@ -11,10 +11,11 @@ from litestar.di import Provide
 
 from app.domain.quotas.services import ProjectQuotaService
 from app.domain.quotas.usage_queries import UsageRecordService
+from app.domain.service_provider import service_provider
 
 
 def quotas_dependencies() -> dict[str, Provide]:
     return {
-        "project_quotas_service": Provide(create_service_provider(ProjectQuotaService)),
+        "project_quotas_service": service_provider(ProjectQuotaService, changes="quota_sync"),
         "usage_records_service": Provide(create_service_provider(UsageRecordService)),
     }
