@@ -29,8 +29,8 @@ def service_provider(service_class: type[S], **attached: str) -> Provide:
     of ``attached`` set to the dependency of that name."""
     # The session parameter exactly as advanced-alchemy declares it (its name and its
     # dependency marker).
-    session = next(iter(inspect.signature(create_service_provider(service_class)).parameters))
-    session_param = inspect.signature(create_service_provider(service_class)).parameters[session]
+    [session_param] = inspect.signature(create_service_provider(service_class)).parameters.values()
+    session = session_param.name
 
     async def provide(**kwargs: Any) -> AsyncGenerator[S, None]:
         async with service_class.new(session=kwargs[session]) as service:
