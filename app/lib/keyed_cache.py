@@ -213,6 +213,10 @@ class StaleWhileFailing(Generic[K, V]):
         self._retry_seconds = retry_seconds
         self._until = float("-inf")
 
+    def retry_now(self) -> None:
+        """End the back-off: the next stale entry asked for is read again."""
+        self._until = float("-inf")
+
     async def current(self, key: K, fresh: Callable[[V], bool]) -> V:
         """The entry for ``key``: cached when ``fresh(entry)``, else read again."""
         entry = self._cache.peek(key)

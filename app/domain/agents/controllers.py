@@ -24,7 +24,6 @@ from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
 from app.domain.accounts.principals import Principal
-from app.domain.agents import events
 from app.domain.agents.schemas import (
     AgentCreate,
     AgentCreated,
@@ -39,7 +38,6 @@ from app.domain.agents.views import agent_out, deployment_out
 from app.domain.backends.deps import platform_admin
 from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.lib.errors import ERRORS_OPT
-from app.lib.events.base import EventBus
 
 
 async def _names(service: AgentNodeService, ids: set[UUID]) -> dict[UUID, str]:
@@ -61,10 +59,8 @@ class AgentAdminController(Controller):
         platform_admin: Principal,
         agent_nodes_service: AgentNodeService,
         agents: Agents,
-        event_bus: EventBus,
     ) -> AgentCreated:
         row, token = await agent_nodes_service.create_identity(data.name)
-        await events.agent_changed(event_bus, row.id)
         out = agent_out(row, agents.offline_seconds)
         return AgentCreated(**msgspec.structs.asdict(out), token=token)
 

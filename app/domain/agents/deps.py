@@ -10,10 +10,11 @@ from advanced_alchemy.extensions.litestar.providers import create_service_provid
 from litestar.di import Provide
 
 from app.domain.agents.services import AgentDeploymentService, AgentNodeService
+from app.domain.service_provider import service_provider
 
 
 def agents_dependencies() -> dict[str, Provide]:
     return {
-        "agent_nodes_service": Provide(create_service_provider(AgentNodeService)),
+        "agent_nodes_service": service_provider(AgentNodeService, bus="event_bus"),
         "agent_deployments_service": Provide(create_service_provider(AgentDeploymentService)),
     }

@@ -21,11 +21,13 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import AgentDeployment, AgentNode
+from app.domain.agents import events
 from app.domain.agents.schemas import ACTIVE_STATUSES
 from app.domain.paging import newest_first
 from app.lib.agent_frames import Gpu, Heartbeat, Register, average_utilization
 from app.lib.clock import utcnow
 from app.lib.errors import ConflictError, NotFoundError
+from app.lib.events.base import EventBus
 from app.lib.hashing import random_secret, sha256_hex
 
 TOKEN_PREFIX = "agt-"  # noqa: S105 (a display prefix, not a secret)
@@ -73,6 +75,9 @@ class AgentNodeService(SQLAlchemyAsyncRepositoryService[AgentNode]):
         model_type = AgentNode
 
     repository_type = Repo
+    bus: EventBus | None = None
+    """Set by the request's provider: a new identity is announced to every replica's
+    dashboard (``events.agent_changed``)."""
 
     async def create_identity(self, name: str) -> tuple[AgentNode, str]:
         """A new identity; the token is returned once and only its hash is kept."""
@@ -87,10 +92,13 @@ class AgentNodeService(SQLAlchemyAsyncRepositoryService[AgentNode]):
             models=[],
         )
         try:
-            return await self.create(row, auto_commit=True), token
+            created = await self.create(row, auto_commit=True)
         except _RACED as exc:
             await self.repository.session.rollback()
             raise _name_taken() from exc
+        if self.bus is not None:
+            await events.agent_changed(self.bus, created.id)
+        return created, token
 
     async def page(self, limit: int, offset: int) -> tuple[Sequence[AgentNode], int]:
         return await self.get_many_and_count(

@@ -102,14 +102,16 @@ class BackendAdminController(Controller):
         vault: Vault,
         routing_sync: RoutingConfigSync,
         health_checker: HealthChecker,
+        backend_registry: BackendRegistry,
     ) -> BackendOut:
         """Register a backend, or replace the one of that name. It is probed at once
         (in the background: the answer shows the health it had), also when the body
         repeats what is stored."""
         registration = validate_registration(data)
         await routing_sync.verify_url(registration.url)
+        before = backend_registry.get(registration.name)
         row = await backend_configs_service.register(registration, vault)
-        return backend_out(row, await routing_sync.backend_registered(row.name, health_checker))
+        return backend_out(row, routing_sync.probe_if_kept(row.name, before, health_checker))
 
     @get("/")
     async def list_backends(
@@ -166,10 +168,8 @@ class BackendAdminController(Controller):
         name: str,
         platform_admin: Principal,
         backend_configs_service: BackendConfigService,
-        routing_sync: RoutingConfigSync,
     ) -> None:
         await backend_configs_service.delete_by_name(name)
-        await routing_sync.backend_changed(name)
 
 
 class AliasAdminController(Controller):
@@ -183,11 +183,9 @@ class AliasAdminController(Controller):
         data: AliasIn,
         platform_admin: Principal,
         aliases_service: AliasService,
-        routing_sync: RoutingConfigSync,
     ) -> AliasOut:
         alias, target = validate_alias(data)
         row = await aliases_service.set_alias(alias, target)
-        await routing_sync.alias_changed()
         return alias_out(row)
 
     @get("/")
@@ -208,7 +206,5 @@ class AliasAdminController(Controller):
         alias: str,
         platform_admin: Principal,
         aliases_service: AliasService,
-        routing_sync: RoutingConfigSync,
     ) -> None:
         await aliases_service.delete_by_alias(alias.removeprefix("/"))
-        await routing_sync.alias_changed()

@@ -6,17 +6,17 @@ The registry, alias table and sync object are per-app resources, exposed by
 
 from __future__ import annotations
 
-from advanced_alchemy.extensions.litestar.providers import create_service_provider
 from litestar.di import Provide
 
 from app.domain.accounts.deps import require_platform_admin
 from app.domain.backends.services import AliasService, BackendConfigService
+from app.domain.service_provider import service_provider
 
 
 def backends_dependencies() -> dict[str, Provide]:
     return {
-        "backend_configs_service": Provide(create_service_provider(BackendConfigService)),
-        "aliases_service": Provide(create_service_provider(AliasService)),
+        "backend_configs_service": service_provider(BackendConfigService, changes="routing_sync"),
+        "aliases_service": service_provider(AliasService, changes="routing_sync"),
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 from uuid import UUID, uuid4
 
 from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
@@ -85,20 +86,33 @@ def by_name(field: str, limit: int, offset: int) -> tuple[OrderBy, LimitOffset]:
     return OrderBy(field_name=field, sort_order="asc"), LimitOffset(limit=limit, offset=offset)
 
 
+class RoutingChanges(Protocol):
+    """``RoutingConfigSync``: applies a change here and tells the other replicas."""
+
+    async def backend_changed(self, name: str) -> None: ...
+
+    async def alias_changed(self) -> None: ...
+
+
 class BackendConfigService(SQLAlchemyAsyncRepositoryService[BackendConfig]):
     class Repo(SQLAlchemyAsyncRepository[BackendConfig]):
         model_type = BackendConfig
 
     repository_type = Repo
+    changes: RoutingChanges | None = None
+    """Set by the request's provider: told after every registration and deletion. A
+    service made elsewhere (start-up seeding) publishes nothing; its caller does."""
 
     async def register(self, registration: ValidRegistration, vault: Vault) -> BackendConfig:
         """Register ``registration.name``, replacing everything about an existing one."""
         try:
-            return await self._register(registration, vault)
+            row = await self._register(registration, vault)
         except _RACED:
             # Another request created the same name between our read and insert.
             await self.repository.session.rollback()
-            return await self._register(registration, vault)
+            row = await self._register(registration, vault)
+        await self._changed(row.name)
+        return row
 
     async def _register(self, registration: ValidRegistration, vault: Vault) -> BackendConfig:
         row = await self.get_by_name(registration.name)
@@ -138,6 +152,11 @@ class BackendConfigService(SQLAlchemyAsyncRepositoryService[BackendConfig]):
     async def delete_by_name(self, name: str) -> None:
         row = await self.require(name)
         await self.delete(row.id, auto_commit=True)
+        await self._changed(name)
+
+    async def _changed(self, name: str) -> None:
+        if self.changes is not None:
+            await self.changes.backend_changed(name)
 
 
 def alias_not_found(alias: str) -> NotFoundError:
@@ -149,13 +168,17 @@ class AliasService(SQLAlchemyAsyncRepositoryService[ModelAlias]):
         model_type = ModelAlias
 
     repository_type = Repo
+    changes: RoutingChanges | None = None
+    """Set by the request's provider: told after every write."""
 
     async def set_alias(self, alias: str, target: str) -> ModelAlias:
         try:
-            return await self._set_alias(alias, target)
+            row = await self._set_alias(alias, target)
         except _RACED:
             await self.repository.session.rollback()
-            return await self._set_alias(alias, target)
+            row = await self._set_alias(alias, target)
+        await self._changed()
+        return row
 
     async def _set_alias(self, alias: str, target: str) -> ModelAlias:
         row = await self.get_one_or_none(ModelAlias.alias == alias)
@@ -175,3 +198,8 @@ class AliasService(SQLAlchemyAsyncRepositoryService[ModelAlias]):
         if row is None:
             raise alias_not_found(alias)
         await self.delete(row.id, auto_commit=True)
+        await self._changed()
+
+    async def _changed(self) -> None:
+        if self.changes is not None:
+            await self.changes.alias_changed()

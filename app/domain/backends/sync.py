@@ -233,6 +233,15 @@ class RoutingConfigSync:
         instead of waiting for the next round. Returns its routing state, if loaded."""
         before = self._registry.get(name)
         await self.backend_changed(name)
+        return self.probe_if_kept(name, before, health)
+
+    def probe_if_kept(
+        self, name: str, before: BackendState | None, health: HealthChecker
+    ) -> BackendState | None:
+        """After a registration of ``name`` was applied (``BackendConfigService``
+        calls ``backend_changed``): schedule a probe if the registry kept ``before``
+        (registered again as it was), as ``backend_registered`` does. Returns its
+        routing state, if loaded."""
         state = self._registry.get(name)
         if state is not None and state is before:
             health.schedule(state, share=True)

@@ -212,7 +212,6 @@ class CustomLlmTab(Controller):
                 tab_scope, custom_llms_service, secrets_service, template=template, state=state
             )
             return await tab_scope.refused(KEY, FORM, state, **ctx)
-        await custom_llms.sync.changed(project_id)
         created = row.name
         tab = _tab(tab_scope, custom_llms_service, secrets_service, template)
         return await tab.show(f"Custom LLM {created} added.", created=created)
@@ -237,7 +236,6 @@ class CustomLlmTab(Controller):
             vault=vault,
             guard=custom_llms.guard,
         )
-        await custom_llms.sync.changed(project_id)
         message = f"{name} is {'enabled' if enabled else 'disabled'}."
         return await _tab(tab_scope, custom_llms_service, secrets_service).show(message)
 
@@ -273,10 +271,8 @@ class CustomLlmTab(Controller):
         name: str,
         custom_llms_service: CustomLlmService,
         secrets_service: ProjectSecretService,
-        custom_llms: CustomLlms,
     ) -> Template:
         tab_scope.require_credentials("delete custom LLMs")
         await custom_llms_service.delete_llm(project_id, name)
-        await custom_llms.sync.changed(project_id)
         tab = _tab(tab_scope, custom_llms_service, secrets_service)
         return await tab.show(f"Custom LLM {name} deleted.")

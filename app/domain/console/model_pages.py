@@ -28,7 +28,6 @@ from app.domain.paging import OffsetQuery
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.schemas import ProjectModelsIn
 from app.domain.profiles.services import ProjectModelsService
-from app.domain.profiles.sync import ProfileSync
 from app.domain.web.pages import csrf_guard
 from app.lib.errors import AronaError
 from app.routing.profiles import ProfileTable
@@ -110,7 +109,6 @@ class ModelsTab(Controller):
         project_models_service: ProjectModelsService,
         profile_catalog: ProfileCatalog,
         profile_table: ProfileTable,
-        profile_sync: ProfileSync,
     ) -> Template:
         tab_scope.require_project("change the project's model settings")
         form = await tab_scope.form()
@@ -140,7 +138,6 @@ class ModelsTab(Controller):
                 checked=checked,
             )
             return await tab_scope.refused(MODELS, FORM, state, **ctx)
-        await profile_sync.project_changed(project_id)
         ctx = await _models_context(
             tab_scope, project_models_service, profile_catalog, profile_table
         )

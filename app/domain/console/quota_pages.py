@@ -22,7 +22,6 @@ from app.domain.console.tab_support import (
 )
 from app.domain.quotas.controllers import quota_out
 from app.domain.quotas.gate import QuotaGate
-from app.domain.quotas.limits import QuotaSync
 from app.domain.quotas.schemas import LimitsOut, OwnerQuotaIn, WindowUsageOut
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
 from app.domain.usage.services import UsageFilters, UsageRecordService
@@ -157,7 +156,6 @@ class QuotaTab(Controller):
         project_id: UUID,
         project_quotas_service: ProjectQuotaService,
         quota_gate: QuotaGate,
-        quota_sync: QuotaSync,
         usage_records_service: UsageRecordService,
     ) -> Template:
         tab_scope.require_project("change the project's quota")
@@ -176,7 +174,6 @@ class QuotaTab(Controller):
                 tab_scope, project_quotas_service, quota_gate, usage_records_service, days, forms
             )
             return await tab_scope.refused(KEY, FORM, state, **ctx)
-        await quota_sync.project_changed(project_id)
         ctx = await _context(
             tab_scope, project_quotas_service, quota_gate, usage_records_service, days
         )

@@ -14,10 +14,9 @@ from app.domain.console.tab_support import TAB_SCOPE, Forms, Tab, TabScope, comp
 from app.domain.conversations.services import ConversationService
 from app.domain.overrides.schemas import OverrideCreate
 from app.domain.overrides.services import OverrideService
-from app.domain.overrides.sync import OverrideSync
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.secrets.schemas import SecretCreate, SecretValueIn
-from app.domain.secrets.services import ProjectSecretService, SecretChanges
+from app.domain.secrets.services import ProjectSecretService
 from app.domain.web.pages import csrf_guard
 from app.lib.errors import AronaError, ConflictError
 from app.lib.vault import Vault
@@ -140,7 +139,6 @@ class SecretsTab(Controller):
         project_id: UUID,
         secret_id: UUID,
         secrets_service: ProjectSecretService,
-        secret_changes: SecretChanges,
         vault: Vault,
     ) -> Template:
         tab = _secrets_tab(tab_scope, secrets_service)
@@ -151,9 +149,7 @@ class SecretsTab(Controller):
             row = await secrets_service.replace_value(project_id, secret_id, data.value, vault)
         except AronaError as exc:
             return await tab.refuse(f"rotate-{secret_id}", exc, ("value",))
-        name = row.name
-        await secret_changes.changed(project_id, secret_id)
-        return await tab.show(f"Secret {name} has a new value.")
+        return await tab.show(f"Secret {row.name} has a new value.")
 
     @post("/secrets/{secret_id:uuid}/delete")
     async def delete(
@@ -162,7 +158,6 @@ class SecretsTab(Controller):
         project_id: UUID,
         secret_id: UUID,
         secrets_service: ProjectSecretService,
-        secret_changes: SecretChanges,
     ) -> Template:
         tab = _secrets_tab(tab_scope, secrets_service)
         tab_scope.require_credentials("delete secrets")
@@ -171,7 +166,6 @@ class SecretsTab(Controller):
         except ConflictError as exc:
             # In use by custom LLMs: the message names them.
             return await tab.refuse(f"delete-{secret_id}", exc, ())
-        await secret_changes.changed(project_id, secret_id)
         return await tab.show("Secret deleted.")
 
 
@@ -200,7 +194,6 @@ class OverridesTab(Controller):
         overrides_service: OverrideService,
         conversations_service: ConversationService,
         profile_catalog: ProfileCatalog,
-        override_sync: OverrideSync,
         vault: Vault,
     ) -> Template:
         tab = _overrides_tab(tab_scope, overrides_service, conversations_service, profile_catalog)
@@ -213,7 +206,6 @@ class OverridesTab(Controller):
         except AronaError as exc:
             fields = ("conversationId", "modelId", "apiKey")
             return await tab.refuse("add-override", exc, fields, values)
-        await override_sync.changed(project_id)
         return await tab.show("Override key added.")
 
     @post("/overrides/{override_id:uuid}/delete")
@@ -225,10 +217,8 @@ class OverridesTab(Controller):
         overrides_service: OverrideService,
         conversations_service: ConversationService,
         profile_catalog: ProfileCatalog,
-        override_sync: OverrideSync,
     ) -> Template:
         tab = _overrides_tab(tab_scope, overrides_service, conversations_service, profile_catalog)
         tab_scope.require_credentials("delete override keys")
         await overrides_service.delete_override(project_id, override_id)
-        await override_sync.changed(project_id)
         return await tab.show("Override key deleted.")

@@ -78,7 +78,6 @@ class CustomLlmController(Controller):
         row = await custom_llms_service.create_llm(
             access.project, data, vault=vault, guard=custom_llms.guard
         )
-        await custom_llms.sync.changed(project_id)
         return custom_llm_out(row)
 
     @get("/")
@@ -126,7 +125,6 @@ class CustomLlmController(Controller):
         row = await custom_llms_service.update_llm(
             access.project, name, data, vault=vault, guard=custom_llms.guard
         )
-        await custom_llms.sync.changed(project_id)
         return custom_llm_out(row)
 
     @delete("/{name:str}", status_code=HTTP_204_NO_CONTENT)
@@ -137,12 +135,10 @@ class CustomLlmController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         custom_llms_service: CustomLlmService,
-        custom_llms: CustomLlms,
     ) -> None:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "delete custom LLMs")
         await custom_llms_service.delete_llm(project_id, name)
-        await custom_llms.sync.changed(project_id)
 
     @post("/{name:str}/test", status_code=HTTP_200_OK, opt={ERRORS_OPT: (502,)})
     async def test_custom_llm(

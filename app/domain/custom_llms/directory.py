@@ -55,17 +55,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-import structlog
-
 from app.domain.custom_llms.names import LLM_ID_PREFIX, llm_id
 from app.domain.custom_llms.stored import StoredLlm
 from app.domain.custom_llms.templates import context_window_tokens
-from app.lib.keyed_cache import KeyedCache, StaleWhileFailing
+from app.lib.keyed_cache import KeyedCache
+from app.lib.replicated_cache import ReplicatedCache
 from app.routing.backends.openai import auth_headers
 from app.routing.types import AuthScheme, BackendSpec
 
 DEFAULT_MAX_PROJECTS = 10_000
-logger = structlog.get_logger()
 
 ProjectLoader = Callable[[UUID], Awaitable[Sequence[StoredLlm]]]
 SecretReveal = Callable[[UUID, UUID], Awaitable[str]]
@@ -142,16 +140,13 @@ class _Project:
     """One project's cached custom LLMs; replaced, never edited, on invalidation
     (except ``targets``, filled as keys are opened)."""
 
-    __slots__ = ("generation", "listing", "rows", "targets")
+    __slots__ = ("listing", "rows", "targets")
 
     def __init__(
         self,
         rows: Sequence[StoredLlm],
         open_target: Callable[[StoredLlm], Awaitable[CustomTarget]],
-        generation: int,
     ) -> None:
-        self.generation = generation
-        """The directory's generation when the read started (older: stale)."""
         self.rows = by_name = {row.name: row for row in rows}
         self.listing = [
             CustomListing(
@@ -184,27 +179,26 @@ class CustomLlmDirectory:
         max_projects: int = DEFAULT_MAX_PROJECTS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._loader = loader
         self._reveal = reveal
         self._open_key = open_key
-        self._clock = clock
-        # Entries read before the last ``mark_all_stale`` are stale.
-        self._generation = 0
-        # One database read per project at a time, shared by concurrent misses; a read
-        # that started before an invalidation is not cached.
-        self._entries: KeyedCache[UUID, _Project] = KeyedCache(self._read, max_entries=max_projects)
-        self._stale = StaleWhileFailing(self._entries, "custom LLMs", clock=self._clock)
+
+        async def read(project_id: UUID) -> _Project:
+            return _Project(await loader(project_id), self._target)
+
+        self._entries: ReplicatedCache[UUID, _Project] = ReplicatedCache(
+            read, "custom LLMs", max_entries=max_projects, clock=clock
+        )
 
     # ------------------------------------------------------------------ reading
 
     async def target(self, project_id: UUID, name: str) -> CustomTarget | None:
-        entry = await self._current(project_id)
+        entry = await self._entries.get(project_id)
         if name not in entry.rows:
             return None
         return await entry.targets.get(name)
 
     async def listing(self, project_id: UUID) -> list[CustomListing]:
-        return list((await self._current(project_id)).listing)
+        return list((await self._entries.get(project_id)).listing)
 
     async def open(self, llm: StoredLlm) -> CustomTarget:
         """A target for a row just read from the database, key opened, not cached
@@ -224,23 +218,12 @@ class CustomLlmDirectory:
         """Events may have been lost (a resubscription, the periodic safety net): read
         each project again on its next call, but keep what is held to serve while the
         database cannot be read."""
-        self._generation += 1
-        self._entries.invalidate_all(keep_entries=True)
+        self._entries.mark_all_stale()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     # ---------------------------------------------------------------- internals
-
-    async def _current(self, project_id: UUID) -> _Project:
-        return await self._stale.current(project_id, self._is_fresh)
-
-    def _is_fresh(self, entry: _Project) -> bool:
-        return entry.generation == self._generation
-
-    async def _read(self, project_id: UUID) -> _Project:
-        generation = self._generation
-        return _Project(await self._loader(project_id), self._target, generation)
 
     async def _target(self, row: StoredLlm) -> CustomTarget:
         key: str | None = None

@@ -37,6 +37,7 @@ from app.domain.custom_llms.templates import (
 )
 from app.domain.secrets.aad import custom_llm_aad
 from app.lib.errors import AronaError, BadRequestError, ConflictError, NotFoundError
+from app.lib.replicated_cache import UNPUBLISHED, Changes
 from app.lib.ssrf import UnsafeUrlError, UrlGuard
 from app.lib.vault import Vault, mask
 from app.routing.types import AuthScheme
@@ -98,6 +99,8 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
         model_type = CustomLlm
 
     repository_type = Repo
+    changes: Changes = UNPUBLISHED
+    """``CustomLlmSync`` (set by the request's provider): told after every write."""
 
     # ----------------------------------------------------------------- reads
 
@@ -192,6 +195,7 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
         except _RACED as exc:
             await session.rollback()
             raise await self._raced(project, name, credentials) from exc
+        await self.changes.changed(project.id)
         return row
 
     async def update_llm(
@@ -232,11 +236,13 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
         except _RACED as exc:
             await session.rollback()
             raise await self._raced(project, new_name, credentials) from exc
+        await self.changes.changed(project.id)
         return row
 
     async def delete_llm(self, project_id: UUID, name: str) -> None:
         row = await self.require(project_id, name)
         await self.delete(row.id, auto_commit=True)
+        await self.changes.changed(project_id)
 
     # ------------------------------------------------------------- internals
 

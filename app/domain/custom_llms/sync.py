@@ -24,7 +24,7 @@ A lost event is repaired by the full invalidation that follows every
 from __future__ import annotations
 
 import asyncio
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import structlog
 
@@ -34,59 +34,40 @@ from app.domain.secrets.services import CHANNEL as SECRETS_CHANNEL
 from app.domain.secrets.services import KIND_SECRET
 from app.lib.events.base import Event, EventBus
 from app.lib.events.follow import follow
+from app.lib.replicated_cache import CacheSync, uuid_field
 
 CHANNEL = "custom_llms.changed"
 KIND_CUSTOM_LLM = "custom_llm"
 logger = structlog.get_logger()
 
 
-def _project_of(event: Event) -> UUID | None:
-    raw = event.get("projectId")
-    if not isinstance(raw, str):
-        return None
-    try:
-        return UUID(raw)
-    except ValueError:
-        return None
+class CustomLlmSync(CacheSync):
+    """``changed(project_id)`` is called by ``CustomLlmService`` after it wrote;
+    ``secret_changed`` is this area's listener of the secrets area's changes."""
 
-
-class CustomLlmSync:
     def __init__(
         self, directory: CustomLlmDirectory, catalog: ProfileCatalog, bus: EventBus
     ) -> None:
+        super().__init__(bus, CHANNEL, KIND_CUSTOM_LLM, "custom LLMs")
         self.directory = directory
         self._catalog = catalog
-        self._bus = bus
-        self.origin = uuid4().hex
-        """This process's id in events, so it can skip what it published itself."""
 
-    async def changed(self, project_id: UUID) -> None:
-        """Called after this replica wrote (or deleted) a custom LLM of ``project_id``."""
-        self._forget(project_id)
-        try:
-            await self._bus.publish(
-                CHANNEL,
-                {"kind": KIND_CUSTOM_LLM, "projectId": str(project_id), "origin": self.origin},
-            )
-        except Exception as exc:  # a hint channel: the write itself has succeeded
-            logger.warning("could not publish a custom LLM change", error=repr(exc))
+    async def forget(self, key: UUID) -> None:
+        # The directory first: the catalog rebuilds its entry from the directory.
+        self.directory.invalidate_project(key)
+        self._catalog.invalidate_project(key)
 
-    async def apply(self, event: Event) -> None:
-        """A ``custom_llms.changed`` event; our own are already applied."""
-        if event.get("origin") == self.origin:
-            return
-        project_id = _project_of(event)
-        if event.get("kind") == KIND_CUSTOM_LLM and project_id is not None:
-            self._forget(project_id)
-            return
-        logger.warning("ignoring malformed custom LLM event", kind=event.get("kind"))
+    def secret_changed(self, project_id: UUID) -> None:
+        """A secret of the project was rotated or deleted on this replica: its keys
+        are read again before the write is answered (the bus event comes later)."""
+        # Only keys are cached from secrets, not catalog entries.
+        self.directory.invalidate_project(project_id)
 
     async def apply_secret(self, event: Event) -> None:
         """A ``secrets.changed`` event, whoever published it."""
-        project_id = _project_of(event)
+        project_id = uuid_field(event, "projectId")
         if event.get("kind") == KIND_SECRET and project_id is not None:
-            # Only keys are cached from secrets, not catalog entries.
-            self.directory.invalidate_project(project_id)
+            self.secret_changed(project_id)
             return
         logger.warning("ignoring malformed secret event", kind=event.get("kind"))
 
@@ -104,9 +85,7 @@ class CustomLlmSync:
         subscribed and reloaded."""
         changes, secrets = asyncio.Event(), asyncio.Event()
         async with asyncio.TaskGroup() as group:
-            group.create_task(
-                follow(self._bus, CHANNEL, reload=self.reload, apply=self.apply, ready=changes)
-            )
+            group.create_task(super().run(changes))
             group.create_task(
                 follow(
                     self._bus,
@@ -120,8 +99,3 @@ class CustomLlmSync:
             await secrets.wait()
             if ready is not None:
                 ready.set()
-
-    def _forget(self, project_id: UUID) -> None:
-        # The directory first: the catalog rebuilds its entry from the directory.
-        self.directory.invalidate_project(project_id)
-        self._catalog.invalidate_project(project_id)

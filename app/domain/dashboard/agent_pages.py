@@ -22,7 +22,6 @@ from litestar import Controller, Request, delete, get, post
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from app.domain.agents import events
 from app.domain.agents.schemas import AgentCreate, DeployIn
 from app.domain.agents.services import AgentNodeService
 from app.domain.agents.setup import Agents
@@ -73,7 +72,6 @@ class AgentPages(Controller):
         request: Request[Any, Any, Any],
         web_admin: WebUser,
         agent_nodes_service: AgentNodeService,
-        event_bus: EventBus,
     ) -> Template | Redirect:
         form = await request.form()
         values = {"name": text(form, "name")}
@@ -91,7 +89,6 @@ class AgentPages(Controller):
             except AronaError as exc:
                 errors["name"] = exc.message
             else:
-                await events.agent_changed(event_bus, row.id)
                 if not is_htmx(request):
                     return Redirect("/admin/agents", status_code=HTTP_303_SEE_OTHER)
                 created = {"name": row.name, "token": token}

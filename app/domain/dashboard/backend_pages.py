@@ -210,7 +210,6 @@ class BackendPages(Controller):
         if registration is None or errors:
             return _refused(request, web_admin, _form_context(kind, values, errors))
         row = await backend_configs_service.register(registration, vault)
-        await routing_sync.backend_changed(row.name)
         return _saved(request, web_admin, f"Backend {row.name} registered.", registration.kind)
 
     @get("/backends/{name:str}/edit")
@@ -230,6 +229,7 @@ class BackendPages(Controller):
         vault: Vault,
         routing_sync: RoutingConfigSync,
         health_checker: HealthChecker,
+        backend_registry: BackendRegistry,
     ) -> Template | Redirect:
         row = await backend_configs_service.require(name)
         form = await request.form()
@@ -246,9 +246,10 @@ class BackendPages(Controller):
             await _verify_tunnel(routing_sync, registration, errors)
         if registration is None or errors:
             return _refused(request, web_admin, _edit_context(row, values, errors))
+        before = backend_registry.get(row.name)
         await backend_configs_service.register(registration, vault)
         # Saved as it was or not, it is probed at once (like a registration by the API).
-        await routing_sync.backend_registered(row.name, health_checker)
+        routing_sync.probe_if_kept(row.name, before, health_checker)
         return _saved(request, web_admin, f"Backend {row.name} saved.", row.kind)
 
     @delete("/backends/{name:str}", status_code=200)
@@ -257,10 +258,8 @@ class BackendPages(Controller):
         name: str,
         web_admin: WebUser,
         backend_configs_service: BackendConfigService,
-        routing_sync: RoutingConfigSync,
     ) -> Response[str]:
         await backend_configs_service.delete_by_name(name)
-        await routing_sync.backend_changed(name)
         return Response("", headers=notify(f"Backend {name} removed."))
 
     @post("/backends/{name:str}/probe", status_code=200)
@@ -326,7 +325,6 @@ class AliasPages(Controller):
         request: Request[Any, Any, Any],
         web_admin: WebUser,
         aliases_service: AliasService,
-        routing_sync: RoutingConfigSync,
     ) -> Template:
         form = await request.form()
         values = {"alias": text(form, "alias"), "target": text(form, "target")}
@@ -345,7 +343,6 @@ class AliasPages(Controller):
                 errors[exc.param or "alias"] = exc.message
             else:
                 await aliases_service.set_alias(alias, target)
-                await routing_sync.alias_changed()
                 headers, values = notify(f"{alias} now stands for {target}."), {}
         rows, total = await aliases_service.page(ALIAS_PAGE, 0)
         return fragment(
@@ -366,9 +363,7 @@ class AliasPages(Controller):
         alias: str,
         web_admin: WebUser,
         aliases_service: AliasService,
-        routing_sync: RoutingConfigSync,
     ) -> Response[str]:
         name = alias.removeprefix("/")
         await aliases_service.delete_by_alias(name)
-        await routing_sync.alias_changed()
         return Response("", headers=notify(f"Alias {name} removed."))

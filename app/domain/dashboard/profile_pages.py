@@ -26,7 +26,6 @@ from app.domain.dashboard.common import (
 )
 from app.domain.profiles.schemas import ProfileCreate, ProfileUpdate
 from app.domain.profiles.services import ModelProfileService
-from app.domain.profiles.sync import ProfileSync
 from app.domain.web.pages import WebUser, csrf_guard, is_htmx
 from app.lib.errors import AronaError
 
@@ -208,7 +207,6 @@ class ProfilePages(Controller):
         request: Request[Any, Any, Any],
         web_admin: WebUser,
         model_profiles_service: ModelProfileService,
-        profile_sync: ProfileSync,
     ) -> Template | Redirect:
         form = await request.form()
         values = _values(form)
@@ -220,7 +218,6 @@ class ProfilePages(Controller):
             except (msgspec.ValidationError, AronaError) as exc:
                 errors = _schema_error(exc)
             else:
-                await profile_sync.profile_changed(row.id)
                 message = f"Profile {row.id} created."
                 return await _saved(request, web_admin, model_profiles_service, message)
         rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
@@ -248,7 +245,6 @@ class ProfilePages(Controller):
         request: Request[Any, Any, Any],
         web_admin: WebUser,
         model_profiles_service: ModelProfileService,
-        profile_sync: ProfileSync,
     ) -> Template | Redirect:
         await model_profiles_service.require(profile_id)
         form = await request.form()
@@ -261,7 +257,6 @@ class ProfilePages(Controller):
             except (msgspec.ValidationError, AronaError) as exc:
                 errors = _schema_error(exc)
             else:
-                await profile_sync.profile_changed(profile_id)
                 message = f"Profile {profile_id} saved."
                 return await _saved(request, web_admin, model_profiles_service, message)
         rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
@@ -280,8 +275,6 @@ class ProfilePages(Controller):
         profile_id: str,
         web_admin: WebUser,
         model_profiles_service: ModelProfileService,
-        profile_sync: ProfileSync,
     ) -> Response[str]:
         await model_profiles_service.delete_profile(profile_id)
-        await profile_sync.profile_changed(profile_id)
         return Response("", headers=notify(f"Profile {profile_id} deleted."))

@@ -37,7 +37,6 @@ from app.domain.dashboard.usage import (
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
 from app.domain.quotas.controllers import quota_out
 from app.domain.quotas.gate import QuotaGate
-from app.domain.quotas.limits import QuotaSync
 from app.domain.quotas.schemas import AdminQuotaIn, QuotaOut
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
 from app.domain.web.pages import WebUser, csrf_guard
@@ -168,7 +167,6 @@ class ProjectQuotaPages(Controller):
         web_admin: WebUser,
         projects_service: ProjectService,
         project_quotas_service: ProjectQuotaService,
-        quota_sync: QuotaSync,
         quota_gate: QuotaGate,
     ) -> Template:
         project = await _project(projects_service, project_id)
@@ -195,7 +193,6 @@ class ProjectQuotaPages(Controller):
             WindowValues(data.per_minute, data.per_day, data.per_month),
             fail_closed=values["fail_closed"],
         )
-        await quota_sync.project_changed(project_id)
         [view] = await _views([project], projects_service, project_quotas_service, quota_gate)
         return fragment(
             ROW_TEMPLATE, web_admin, headers=notify(f"Limits of {project.name} saved."), p=view

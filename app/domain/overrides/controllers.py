@@ -28,7 +28,6 @@ from app.db.models import OverrideKey
 from app.domain.accounts.principals import Principal
 from app.domain.overrides.schemas import MAX_TARGET, OverrideCreate, OverrideOut
 from app.domain.overrides.services import OverrideService
-from app.domain.overrides.sync import OverrideSync
 from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
@@ -73,12 +72,10 @@ class OverrideController(Controller):
         projects_service: ProjectService,
         overrides_service: OverrideService,
         vault: Vault,
-        override_sync: OverrideSync,
     ) -> OverrideOut:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "create override keys")
         row = await overrides_service.create_override(access.project.id, data, vault)
-        await override_sync.changed(access.project.id)
         return override_out(row)
 
     @get("/")
@@ -119,9 +116,7 @@ class OverrideController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         overrides_service: OverrideService,
-        override_sync: OverrideSync,
     ) -> None:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "delete override keys")
         await overrides_service.delete_override(access.project.id, override_id)
-        await override_sync.changed(access.project.id)

@@ -6,11 +6,11 @@ The index and its sync object are per-app resources, exposed by ``wiring.py`` as
 
 from __future__ import annotations
 
-from advanced_alchemy.extensions.litestar.providers import create_service_provider
 from litestar.di import Provide
 
 from app.domain.overrides.services import OverrideService
+from app.domain.service_provider import service_provider
 
 
 def overrides_dependencies() -> dict[str, Provide]:
-    return {"overrides_service": Provide(create_service_provider(OverrideService))}
+    return {"overrides_service": service_provider(OverrideService, changes="override_sync")}

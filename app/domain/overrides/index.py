@@ -62,11 +62,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from uuid import UUID
 
-import structlog
-
-from app.lib.keyed_cache import KeyedCache, StaleWhileFailing
-
-logger = structlog.get_logger()
+from app.lib.replicated_cache import ReplicatedCache
 
 # Projects kept at most; past that the oldest entries are dropped.
 DEFAULT_MAX_PROJECTS = 10_000
@@ -102,14 +98,12 @@ class _Entry:
     by_conversation: Mapping[str, tuple[MatchedOverride, ...]]
     """Each conversation's overrides, longest prefix first."""
     weight: int
-    generation: int
-    """``OverrideIndex``'s generation when the read started (older: stale)."""
 
 
 _NOTHING: Mapping[str, tuple[MatchedOverride, ...]] = MappingProxyType({})
 
 
-def _entry(overrides: Iterable[LoadedOverride], generation: int) -> _Entry:
+def _entry(overrides: Iterable[LoadedOverride]) -> _Entry:
     grouped: dict[str, list[MatchedOverride]] = {}
     count = 0
     for o in overrides:
@@ -123,14 +117,14 @@ def _entry(overrides: Iterable[LoadedOverride], generation: int) -> _Entry:
             )
         )
     if not count:
-        return _Entry(by_conversation=_NOTHING, weight=1, generation=generation)
+        return _Entry(by_conversation=_NOTHING, weight=1)
     by_conversation = {
         conversation: tuple(
             sorted(found, key=lambda m: (-len(m.model_prefix), m.model_prefix, m.override_id))
         )
         for conversation, found in grouped.items()
     }
-    return _Entry(by_conversation=by_conversation, weight=count, generation=generation)
+    return _Entry(by_conversation=by_conversation, weight=count)
 
 
 def _weight(entry: _Entry) -> int:
@@ -148,20 +142,19 @@ class OverrideIndex:
     ) -> None:
         if max_projects < 1 or max_overrides < 1:
             raise ValueError("max_projects and max_overrides must be at least 1")
-        self._loader = loader
-        self._clock = clock
-        # Entries read before the last ``mark_all_stale`` are stale.
-        self._generation = 0
-        # One database read per project at a time, shared by concurrent misses; a read
-        # that started before an invalidation is not cached. Oldest first; a project
-        # heavier than the whole budget is still kept alone.
-        self._entries: KeyedCache[UUID, _Entry] = KeyedCache(
-            self._read,
+
+        async def read(project_id: UUID) -> _Entry:
+            return _entry(await loader(project_id))
+
+        # Oldest first; a project heavier than the whole budget is still kept alone.
+        self._entries: ReplicatedCache[UUID, _Entry] = ReplicatedCache(
+            read,
+            "override keys",
             max_entries=max_projects,
             weight=_weight,
             max_weight=max_overrides,
+            clock=clock,
         )
-        self._stale = StaleWhileFailing(self._entries, "override keys", clock=self._clock)
 
     # ------------------------------------------------------------------ reading
 
@@ -171,7 +164,7 @@ class OverrideIndex:
         """The override for this request, or ``None`` (see the module docstring)."""
         if not conversation_id:
             return None
-        entry = await self._current(project_id)
+        entry = await self._entries.get(project_id)
         candidates = entry.by_conversation.get(conversation_id)
         if candidates is None:
             return None
@@ -183,8 +176,7 @@ class OverrideIndex:
     def is_cached(self, project_id: UUID) -> bool:
         """Whether the project's overrides are in memory and current (a ``match``
         costs no query)."""
-        entry = self._entries.peek(project_id)
-        return entry is not None and entry.generation == self._generation
+        return self._entries.is_current(project_id)
 
     def __len__(self) -> int:
         """Projects cached (including those cached as having no overrides)."""
@@ -209,17 +201,4 @@ class OverrideIndex:
         """Events may have been lost (a resubscription, the periodic safety net): read
         each project again on its next request, but keep what is held to serve while
         the database cannot be read."""
-        self._generation += 1
-        self._entries.invalidate_all(keep_entries=True)
-
-    # ---------------------------------------------------------------- internals
-
-    async def _current(self, project_id: UUID) -> _Entry:
-        return await self._stale.current(project_id, self._is_fresh)
-
-    def _is_fresh(self, entry: _Entry) -> bool:
-        return entry.generation == self._generation
-
-    async def _read(self, project_id: UUID) -> _Entry:
-        generation = self._generation
-        return _entry(await self._loader(project_id), generation)
+        self._entries.mark_all_stale()

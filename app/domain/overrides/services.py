@@ -38,6 +38,7 @@ from app.domain.overrides.index import LoadedOverride
 from app.domain.overrides.schemas import OverrideCreate
 from app.domain.secrets.aad import override_key_aad
 from app.lib.errors import BadRequestError, ConflictError, NotFoundError
+from app.lib.replicated_cache import UNPUBLISHED, Changes
 from app.lib.vault import Vault, VaultError, mask
 
 MAX_OVERRIDES_PER_PROJECT = 10_000
@@ -92,6 +93,8 @@ class OverrideService(SQLAlchemyAsyncRepositoryService[OverrideKey]):
         model_type = OverrideKey
 
     repository_type = Repo
+    changes: Changes = UNPUBLISHED
+    """``OverrideSync`` (set by the request's provider): told after every write."""
 
     async def create_override(
         self, project_id: UUID, data: OverrideCreate, vault: Vault
@@ -139,6 +142,7 @@ class OverrideService(SQLAlchemyAsyncRepositoryService[OverrideKey]):
         except BaseException:
             await session.rollback()
             raise
+        await self.changes.changed(project_id)
         return row
 
     async def page(
@@ -181,6 +185,7 @@ class OverrideService(SQLAlchemyAsyncRepositoryService[OverrideKey]):
             await session.rollback()
             raise override_not_found()
         await session.commit()
+        await self.changes.changed(project_id)
 
 
 # ------------------------------------------------------------------ the index side

@@ -35,20 +35,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from uuid import UUID
-
-import structlog
 
 from app.domain.profiles.schemas import LlmCatalog, LlmOut
 from app.lib.errors import BadRequestError, NotFoundError
-from app.lib.keyed_cache import KeyedCache, StaleWhileFailing
+from app.lib.replicated_cache import ReplicatedCache
 from app.routing.profiles import Profile, ProfileTable
 
 # Entries kept at most; past that the oldest is dropped (and re-read when next asked).
 DEFAULT_MAX_PROJECTS = 10_000
 REQUESTED_PARAM = "modelProfileId"
-logger = structlog.get_logger()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +76,6 @@ class CatalogEntry:
     enabled_ids: frozenset[str]
     extra: tuple[LlmOut, ...] = ()
     """The extra source's entries, kept to rebuild without reading them again."""
-    generation: int = 0
-    """The catalog's generation when the read started (older: stale)."""
 
 
 class ProfileCatalog:
@@ -95,16 +90,9 @@ class ProfileCatalog:
         self._table = table
         self._loader = loader
         self._clock = clock
-        # Entries read before the last ``mark_all_stale`` are stale.
-        self._generation = 0
-        # Until then (monotonic) stale entries are served without a re-read.
-        # One database read per project at a time, shared by concurrent misses; a read
-        # that started before an invalidation is not cached.
-        self._entries: KeyedCache[UUID, CatalogEntry] = KeyedCache(
-            self._read, max_entries=max_projects
-        )
-        self._stale = StaleWhileFailing(
-            self._entries, "project model settings", clock=time.monotonic
+        """Stamps ``refreshedAt`` (staleness runs on the monotonic clock)."""
+        self._entries: ReplicatedCache[UUID, CatalogEntry] = ReplicatedCache(
+            self._read, "project model settings", max_entries=max_projects
         )
         self._extra: ExtraSource | None = None
 
@@ -173,8 +161,7 @@ class ProfileCatalog:
         """Events may have been lost (a resubscription, the periodic safety net): read
         each project again on its next request, but keep what is held to serve while
         the database cannot be read."""
-        self._generation += 1
-        self._entries.invalidate_all(keep_entries=True)
+        self._entries.mark_all_stale()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -182,27 +169,18 @@ class ProfileCatalog:
     # ---------------------------------------------------------------- internals
 
     async def _entry(self, project_id: UUID) -> CatalogEntry:
-        entry = await self._current(project_id)
+        entry = await self._entries.get(project_id)
         if entry.table_version != self._table.version:
             # Profiles changed since: rebuild from the cached settings (no database).
-            fresh = replace(
-                self._build(project_id, entry.settings, entry.extra), generation=entry.generation
-            )
+            fresh = self._build(project_id, entry.settings, entry.extra)
             self._entries.replace(project_id, entry, fresh)
             entry = fresh
         return entry
 
-    async def _current(self, project_id: UUID) -> CatalogEntry:
-        return await self._stale.current(project_id, self._is_fresh)
-
-    def _is_fresh(self, entry: CatalogEntry) -> bool:
-        return entry.generation == self._generation
-
     async def _read(self, project_id: UUID) -> CatalogEntry:
-        generation = self._generation
         settings = await self._loader(project_id)
         extra = tuple(await self._extra(project_id)) if self._extra is not None else ()
-        return replace(self._build(project_id, settings, extra), generation=generation)
+        return self._build(project_id, settings, extra)
 
     def _build(
         self, project_id: UUID, settings: ProjectModels, extra: tuple[LlmOut, ...] = ()

@@ -33,7 +33,6 @@ from app.domain.profiles.schemas import (
     ProjectModelsOut,
 )
 from app.domain.profiles.services import ModelProfileService, ProjectModelsService, score_kind
-from app.domain.profiles.sync import ProfileSync
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectService
 from app.lib.errors import PermissionDeniedError
@@ -70,10 +69,8 @@ class ModelProfileAdminController(Controller):
         data: ProfileCreate,
         platform_admin: Principal,
         model_profiles_service: ModelProfileService,
-        profile_sync: ProfileSync,
     ) -> ProfileOut:
         row = await model_profiles_service.create_profile(data)
-        await profile_sync.profile_changed(row.id)
         return profile_out(row)
 
     @get("/")
@@ -103,10 +100,8 @@ class ModelProfileAdminController(Controller):
         data: ProfileUpdate,
         platform_admin: Principal,
         model_profiles_service: ModelProfileService,
-        profile_sync: ProfileSync,
     ) -> ProfileOut:
         row = await model_profiles_service.update_profile(profile_id, data)
-        await profile_sync.profile_changed(row.id)
         return profile_out(row)
 
     @delete("/{profile_id:str}", status_code=HTTP_204_NO_CONTENT)
@@ -115,12 +110,8 @@ class ModelProfileAdminController(Controller):
         profile_id: str,
         platform_admin: Principal,
         model_profiles_service: ModelProfileService,
-        profile_sync: ProfileSync,
     ) -> None:
-        # Cleaned-up projects need no events of their own: a profile that is gone
-        # drops every cached project entry on each replica (see ProfileSync).
         await model_profiles_service.delete_profile(profile_id)
-        await profile_sync.profile_changed(profile_id)
 
 
 def _models_out(settings: ProjectModels, catalog: LlmCatalog) -> ProjectModelsOut:
@@ -158,13 +149,11 @@ class ProjectModelsController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         project_models_service: ProjectModelsService,
-        profile_sync: ProfileSync,
         profile_catalog: ProfileCatalog,
     ) -> ProjectModelsOut:
         access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "change the project's model settings")
         settings = await project_models_service.put(project_id, data)
-        await profile_sync.project_changed(project_id)
         return _models_out(settings, await profile_catalog.catalog(project_id))
 
 

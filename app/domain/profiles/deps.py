@@ -6,14 +6,14 @@ as ``profile_catalog`` and ``profile_sync`` (and ``profile_table``).
 
 from __future__ import annotations
 
-from advanced_alchemy.extensions.litestar.providers import create_service_provider
 from litestar.di import Provide
 
 from app.domain.profiles.services import ModelProfileService, ProjectModelsService
+from app.domain.service_provider import service_provider
 
 
 def profiles_dependencies() -> dict[str, Provide]:
     return {
-        "model_profiles_service": Provide(create_service_provider(ModelProfileService)),
-        "project_models_service": Provide(create_service_provider(ProjectModelsService)),
+        "model_profiles_service": service_provider(ModelProfileService, changes="profile_sync"),
+        "project_models_service": service_provider(ProjectModelsService, changes="profile_sync"),
     }

@@ -20,6 +20,7 @@ SQLite runs one writer at a time anyway.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 from uuid import UUID, uuid4
 
 import msgspec
@@ -43,6 +44,7 @@ from app.domain.profiles.schemas import (
     unique_ids,
 )
 from app.lib.errors import BadRequestError, ConflictError, NotFoundError
+from app.lib.replicated_cache import UNPUBLISHED, Changes
 from app.routing.profiles import Profile
 from app.routing.types import SCORE_KINDS, ScoreKind
 
@@ -93,11 +95,19 @@ def _like_json_string(value: str) -> str:
     return f'%"{escaped}"%'
 
 
+class ProfileChanges(Protocol):
+    """``ProfileSync``: re-reads a profile here and tells the other replicas."""
+
+    async def profile_changed(self, profile_id: str) -> None: ...
+
+
 class ModelProfileService(SQLAlchemyAsyncRepositoryService[ModelProfile]):
     class Repo(SQLAlchemyAsyncRepository[ModelProfile]):
         model_type = ModelProfile
 
     repository_type = Repo
+    changes: ProfileChanges | None = None
+    """``ProfileSync`` (set by the request's provider): told after every write."""
 
     async def page(self, limit: int, offset: int) -> tuple[Sequence[ModelProfile], int]:
         return await self.get_many_and_count(
@@ -138,6 +148,7 @@ class ModelProfileService(SQLAlchemyAsyncRepositoryService[ModelProfile]):
         except _RACED as exc:  # created concurrently between the check and the insert
             await session.rollback()
             raise _exists(profile_id) from exc
+        await self._changed(profile_id)
         return row
 
     async def update_profile(self, profile_id: str, data: ProfileUpdate) -> ModelProfile:
@@ -176,6 +187,7 @@ class ModelProfileService(SQLAlchemyAsyncRepositoryService[ModelProfile]):
         if data.routing_score is not msgspec.UNSET:
             row.routing_score = data.routing_score
         await self.repository.session.commit()
+        await self._changed(profile_id)
         return row
 
     async def delete_profile(self, profile_id: str) -> list[UUID]:
@@ -223,7 +235,14 @@ class ModelProfileService(SQLAlchemyAsyncRepositoryService[ModelProfile]):
                 affected.append(project.project_id)
         await session.delete(row)
         await session.commit()
+        # Cleaned-up projects need no events of their own: a profile that is gone
+        # drops every cached project entry on each replica (see ProfileSync).
+        await self._changed(profile_id)
         return affected
+
+    async def _changed(self, profile_id: str) -> None:
+        if self.changes is not None:
+            await self.changes.profile_changed(profile_id)
 
     async def _locked(self, profile_id: str) -> ModelProfile:
         """The row, locked against concurrent writers until the commit."""
@@ -283,6 +302,8 @@ class ProjectModelsService(SQLAlchemyAsyncRepositoryService[ProjectProfileSettin
         model_type = ProjectProfileSettings
 
     repository_type = Repo
+    changes: Changes = UNPUBLISHED
+    """``ProfileSync`` (set by the request's provider): told after every write."""
 
     async def for_project(self, project_id: UUID) -> ProjectModels:
         row = await self.get_one_or_none(ProjectProfileSettings.project_id == project_id)
@@ -315,6 +336,7 @@ class ProjectModelsService(SQLAlchemyAsyncRepositoryService[ProjectProfileSettin
         except _RACED:  # the first settings of this project, written twice at once
             await self.repository.session.rollback()
             await self._upsert(project_id, default, enabled)
+        await self.changes.changed(project_id)
         return ProjectModels(
             default_profile_id=default,
             enabled_profile_ids=None if enabled is None else frozenset(enabled),

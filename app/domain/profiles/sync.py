@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import structlog
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
@@ -29,7 +29,7 @@ from app.db.outage import is_database_outage, unavailable_on_outage
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.services import load_profile, load_profiles, load_project_models
 from app.lib.events.base import Event, EventBus
-from app.lib.events.follow import follow
+from app.lib.replicated_cache import CacheSync
 from app.routing.profiles import ProfileTable
 
 CHANNEL = "profiles.config"
@@ -38,7 +38,10 @@ KIND_PROJECT = "project"
 logger = structlog.get_logger()
 
 
-class ProfileSync:
+class ProfileSync(CacheSync):
+    """``profile_changed`` / ``project_changed`` are called by the profile services
+    after they wrote."""
+
     def __init__(
         self,
         *,
@@ -47,13 +50,11 @@ class ProfileSync:
         bus: EventBus,
         db_config: SQLAlchemyAsyncConfig,
     ) -> None:
+        super().__init__(bus, CHANNEL, KIND_PROJECT, "model profiles")
         self._table = table
         self.catalog = catalog
         """The catalog this sync invalidates (``resources.profile_catalog``)."""
-        self._bus = bus
         self._db_config = db_config
-        self.origin = uuid4().hex
-        """This process's id in events, so it can skip what it published itself."""
         # Serialises reloads: a local write and another replica's event for the same
         # profile must not interleave their read and apply steps out of order.
         self._lock = asyncio.Lock()
@@ -70,7 +71,7 @@ class ProfileSync:
             self.catalog.mark_all_stale()
         logger.debug("model profiles loaded", profiles=len(profiles))
 
-    async def _reload_subscribed(self) -> None:
+    async def reload(self) -> None:
         """``load_all`` after a (re)subscription. With the database down, events are
         followed anyway (the table keeps what it holds, project entries go stale)
         and the periodic reload catches up once it is back."""
@@ -97,44 +98,22 @@ class ProfileSync:
     async def profile_changed(self, profile_id: str) -> None:
         """Called after this replica wrote (or deleted) profile ``profile_id``."""
         await self.reload_profile(profile_id)
-        await self._publish({"kind": KIND_PROFILE, "id": profile_id})
+        await self.publish({"kind": KIND_PROFILE, "id": profile_id})
 
     async def project_changed(self, project_id: UUID) -> None:
         """Called after this replica wrote the model settings of ``project_id``."""
-        self.catalog.invalidate_project(project_id)
-        await self._publish({"kind": KIND_PROJECT, "projectId": str(project_id)})
+        await self.changed(project_id)
 
-    async def _publish(self, event: Event) -> None:
-        try:
-            await self._bus.publish(CHANNEL, {**event, "origin": self.origin})
-        except Exception as exc:  # a hint channel: the write itself has succeeded
-            logger.warning("could not publish a profile change", error=repr(exc))
+    async def forget(self, key: UUID) -> None:
+        self.catalog.invalidate_project(key)
 
     # --------------------------------------------------------- other replicas
 
-    async def apply(self, event: Event) -> None:
-        """Apply an event from another replica; our own are already applied."""
-        if event.get("origin") == self.origin:
-            return
-        kind = event.get("kind")
-        if kind == KIND_PROFILE and isinstance(event.get("id"), str):
+    async def apply_other(self, event: Event) -> bool:
+        if event.get("kind") == KIND_PROFILE and isinstance(event.get("id"), str):
             await self.reload_profile(event["id"])
-            return
-        if kind == KIND_PROJECT and isinstance(event.get("projectId"), str):
-            try:
-                project_id = UUID(event["projectId"])
-            except ValueError:
-                pass
-            else:
-                self.catalog.invalidate_project(project_id)
-                return
-        logger.warning("ignoring malformed profile event", kind=kind)
-
-    async def run(self, ready: asyncio.Event | None = None) -> None:
-        """Follow other replicas' changes until cancelled (``app.lib.events.follow``)."""
-        await follow(
-            self._bus, CHANNEL, reload=self._reload_subscribed, apply=self.apply, ready=ready
-        )
+            return True
+        return False
 
 
 def build_profile_sync(

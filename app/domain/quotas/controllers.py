@@ -24,7 +24,7 @@ from app.domain.backends.deps import platform_admin
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage
-from app.domain.quotas.limits import QuotaLimits, QuotaSync
+from app.domain.quotas.limits import QuotaLimits
 from app.domain.quotas.schemas import (
     AdminQuotaIn,
     LimitsOut,
@@ -78,7 +78,6 @@ class QuotaAdminController(Controller):
         platform_admin: Principal,
         projects_service: ProjectService,
         project_quotas_service: ProjectQuotaService,
-        quota_sync: QuotaSync,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
         if await projects_service.get_one_or_none(Project.id == project_id) is None:
@@ -88,7 +87,6 @@ class QuotaAdminController(Controller):
             WindowValues(data.per_minute, data.per_day, data.per_month),
             fail_closed=data.fail_closed if isinstance(data.fail_closed, bool) else None,
         )
-        await quota_sync.project_changed(project_id)
         return await quota_out(project_id, row, quota_gate)
 
 
@@ -118,7 +116,6 @@ class ProjectQuotaController(Controller):
         principal: Principal,
         projects_service: ProjectService,
         project_quotas_service: ProjectQuotaService,
-        quota_sync: QuotaSync,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
         access = await projects_service.access(principal, project_id)
@@ -126,5 +123,4 @@ class ProjectQuotaController(Controller):
         row = await project_quotas_service.set_owner_limits(
             project_id, WindowValues(data.per_minute, data.per_day, data.per_month)
         )
-        await quota_sync.project_changed(project_id)
         return await quota_out(project_id, row, quota_gate)

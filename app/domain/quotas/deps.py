@@ -6,13 +6,13 @@ The gate and the sync object are per-app resources, exposed by ``wiring.py`` as
 
 from __future__ import annotations
 
-from advanced_alchemy.extensions.litestar.providers import create_service_provider
 from litestar.di import Provide
 
 from app.domain.quotas.services import ProjectQuotaService
+from app.domain.service_provider import service_provider
 
 
 def quotas_dependencies() -> dict[str, Provide]:
     return {
-        "project_quotas_service": Provide(create_service_provider(ProjectQuotaService)),
+        "project_quotas_service": service_provider(ProjectQuotaService, changes="quota_sync"),
     }

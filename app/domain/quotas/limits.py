@@ -19,19 +19,15 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from uuid import UUID, uuid4
+from uuid import UUID
 
-import structlog
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from sqlalchemy import select
 
 from app.db.models import ProjectQuota
 from app.domain.quotas.errors import QuotaUnavailableError
-from app.lib.events.base import Event, EventBus
-from app.lib.events.follow import follow
-from app.lib.keyed_cache import KeyedCache
-
-logger = structlog.get_logger()
+from app.lib.events.base import EventBus
+from app.lib.replicated_cache import CacheSync, ReplicatedCache
 
 CHANNEL = "quotas.config"
 DEFAULT_MAX_AGE = 60.0
@@ -94,12 +90,6 @@ def db_limits_loader(db_config: SQLAlchemyAsyncConfig) -> LimitsLoader:
     return load
 
 
-@dataclass(slots=True)
-class _Entry:
-    limits: QuotaLimits
-    fresh_until: float
-
-
 class QuotaLimitsCache:
     def __init__(
         self,
@@ -110,12 +100,16 @@ class QuotaLimitsCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._loader = loader
-        self._max_age = max_age
-        self._clock = clock
-        # One database read per project at a time, shared by concurrent misses; a read
-        # that started before an invalidation is not cached (nor joined, after one of
-        # its own project).
-        self._entries: KeyedCache[UUID, _Entry] = KeyedCache(self._load, max_entries=max_projects)
+        # Invalidated entries are kept, stale: served only if the re-read fails.
+        self._entries: ReplicatedCache[UUID, QuotaLimits] = ReplicatedCache(
+            self._load,
+            "quota limits",
+            max_entries=max_projects,
+            max_age=max_age,
+            keep_on_invalidate=True,
+            clock=clock,
+            retry_seconds=RETRY_AFTER_FAILURE,
+        )
         self.loads = 0
         """Database reads made (tests check the hot path makes none)."""
 
@@ -129,81 +123,42 @@ class QuotaLimitsCache:
         retried after a few seconds); with no entry at all the error is
         ``QuotaUnavailableError`` (503 ``quota_unavailable``).
         """
-        entry = self._entries.peek(project_id)
-        if entry is not None and entry.fresh_until > self._clock():
-            return entry.limits
         try:
-            return (await self._entries.load(project_id)).limits
+            return await self._entries.get(project_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if entry is not None:
-                entry.fresh_until = self._clock() + RETRY_AFTER_FAILURE
-                logger.warning(
-                    "quota limits could not be reloaded; serving the cached ones",
-                    project_id=str(project_id),
-                    error=repr(exc),
-                )
-                return entry.limits
             raise QuotaUnavailableError(
                 "the quota of this project cannot be checked right now; try again shortly",
                 headers={"Retry-After": "1"},
             ) from exc
 
-    async def _load(self, project_id: UUID) -> _Entry:
+    async def _load(self, project_id: UUID) -> QuotaLimits:
         self.loads += 1
-        limits = await self._loader(project_id)
-        return _Entry(limits, self._clock() + self._max_age)
+        return await self._loader(project_id)
 
     def invalidate(self, project_id: UUID) -> None:
         """Re-read this project on its next request (its quota row changed)."""
-        # Kept, but stale: served only if the re-read fails.
-        self._entries.invalidate(project_id, keep_entry=True)
-        entry = self._entries.peek(project_id)
-        if entry is not None:
-            entry.fresh_until = float("-inf")
+        self._entries.invalidate(project_id)
 
     def invalidate_all(self) -> None:
-        self._entries.invalidate_all(keep_entries=True)
-        for entry in self._entries.values():
-            entry.fresh_until = float("-inf")
+        self._entries.invalidate_all()
 
 
-class QuotaSync:
-    """Invalidates the limits cache on this replica and, over the bus, on the others."""
+class QuotaSync(CacheSync):
+    """Invalidates the limits cache on this replica and, over the bus, on the others;
+    ``project_changed`` is called by ``ProjectQuotaService`` after it wrote."""
 
     def __init__(self, cache: QuotaLimitsCache, bus: EventBus) -> None:
+        super().__init__(bus, CHANNEL, "project", "quota limits")
         self.cache = cache
-        self._bus = bus
-        self.origin = uuid4().hex
 
     async def project_changed(self, project_id: UUID) -> None:
         """Called after this replica wrote the quota of ``project_id``."""
-        self.cache.invalidate(project_id)
-        try:
-            await self._bus.publish(
-                CHANNEL, {"kind": "project", "projectId": str(project_id), "origin": self.origin}
-            )
-        except Exception as exc:  # a hint channel: the write itself has succeeded
-            logger.warning("could not publish a quota change", error=repr(exc))
+        await self.changed(project_id)
 
-    async def apply(self, event: Event) -> None:
-        if event.get("origin") == self.origin:
-            return
-        raw = event.get("projectId")
-        if event.get("kind") == "project" and isinstance(raw, str):
-            try:
-                project_id = UUID(raw)
-            except ValueError:
-                pass
-            else:
-                self.cache.invalidate(project_id)
-                return
-        logger.warning("ignoring malformed quota event", kind=event.get("kind"))
+    async def forget(self, key: UUID) -> None:
+        self.cache.invalidate(key)
 
     async def reload(self) -> None:
         self.cache.invalidate_all()
-
-    async def run(self, ready: asyncio.Event | None = None) -> None:
-        """Follow other replicas' changes until cancelled (``app.lib.events.follow``)."""
-        await follow(self._bus, CHANNEL, reload=self.reload, apply=self.apply, ready=ready)

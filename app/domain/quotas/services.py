@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 from app.db.models import ProjectQuota
 from app.domain.projects.services import PROJECT_NOT_FOUND
 from app.lib.errors import BadRequestError, NotFoundError
+from app.lib.replicated_cache import UNPUBLISHED, Changes
 
 # (column of the admin ceiling, column of the owner's limit, wire name)
 WINDOW_FIELDS = (
@@ -40,6 +41,8 @@ class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
         model_type = ProjectQuota
 
     repository_type = Repo
+    changes: Changes = UNPUBLISHED
+    """``QuotaSync`` (set by the request's provider): told after every write."""
 
     async def of_project(self, project_id: UUID) -> ProjectQuota | None:
         return await self.get_one_or_none(ProjectQuota.project_id == project_id)
@@ -71,6 +74,11 @@ class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
         return await self._upsert(project_id, values)
 
     async def _upsert(self, project_id: UUID, values: dict[str, Any]) -> ProjectQuota:
+        row = await self._write(project_id, values)
+        await self.changes.changed(project_id)
+        return row
+
+    async def _write(self, project_id: UUID, values: dict[str, Any]) -> ProjectQuota:
         session = self.repository.session
         row = await self.of_project(project_id)
         if row is None:

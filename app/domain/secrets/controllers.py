@@ -26,7 +26,7 @@ from app.domain.secrets.schemas import (
     SecretUser,
     SecretValueIn,
 )
-from app.domain.secrets.services import ProjectSecretService, SecretChanges
+from app.domain.secrets.services import ProjectSecretService
 from app.lib.vault import Vault
 
 
@@ -105,13 +105,11 @@ class ProjectSecretController(Controller):
         data: SecretValueIn,
         secret_access: ProjectAccess,
         secrets_service: ProjectSecretService,
-        secret_changes: SecretChanges,
         vault: Vault,
     ) -> SecretOut:
         _require_write(secret_access, "change secrets")
         project_id = secret_access.project.id
         row = await secrets_service.replace_value(project_id, secret_id, data.value, vault)
-        await secret_changes.changed(project_id, row.id)
         return await _out(secrets_service, row)
 
     @patch("/{secret_id:uuid}")
@@ -135,9 +133,7 @@ class ProjectSecretController(Controller):
         secret_id: UUID,
         secret_access: ProjectAccess,
         secrets_service: ProjectSecretService,
-        secret_changes: SecretChanges,
     ) -> None:
         _require_write(secret_access, "delete secrets")
         project_id = secret_access.project.id
         await secrets_service.delete_secret(project_id, secret_id)
-        await secret_changes.changed(project_id, secret_id)

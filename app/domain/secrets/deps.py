@@ -8,15 +8,15 @@ project's other credentials (``ProjectAccess.can_manage_credentials``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID, uuid4
 
-from advanced_alchemy.extensions.litestar.providers import create_service_provider
 from litestar.di import Provide
 
 from app.domain.accounts.principals import Principal
-from app.domain.custom_llms.setup import CustomLlms
 from app.domain.projects.services import ProjectAccess, ProjectService
-from app.domain.secrets.services import ProjectSecretService, SecretChanges
+from app.domain.secrets.services import ProjectSecretService, SecretChanges, SecretListener
+from app.domain.service_provider import service_provider
 from app.lib.events.base import EventBus
 
 
@@ -33,14 +33,15 @@ def secrets_dependencies() -> dict[str, Provide]:
     """Called once per app: ``origin`` identifies this app (replica) in events."""
     origin = uuid4().hex
 
-    def provide_secret_changes(event_bus: EventBus, custom_llms: CustomLlms) -> SecretChanges:
-        # Custom LLMs resolve secrets at call time from a cache: the writer drops its
-        # own copy at once, other replicas on the event.
-        return SecretChanges(
-            event_bus, origin=origin, local=(custom_llms.directory.invalidate_project,)
-        )
+    def provide_secret_changes(
+        event_bus: EventBus, secret_listeners: Sequence[SecretListener]
+    ) -> SecretChanges:
+        # Areas that cache what secrets open (custom LLMs) list themselves as
+        # ``secret_listeners``: the writer drops its own copies at once, other
+        # replicas on the event.
+        return SecretChanges(event_bus, origin=origin, local=secret_listeners)
 
     return {
-        "secrets_service": Provide(create_service_provider(ProjectSecretService)),
+        "secrets_service": service_provider(ProjectSecretService, changes="secret_changes"),
         "secret_changes": Provide(provide_secret_changes, sync_to_thread=False),
     }

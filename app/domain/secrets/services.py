@@ -121,6 +121,8 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
         model_type = ProjectSecret
 
     repository_type = Repo
+    changes: SecretChanges | None = None
+    """Set by the request's provider: told after every rotation and deletion."""
 
     # ------------------------------------------------------------- the REST API
 
@@ -213,6 +215,7 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
             secret_id=str(row.id),
             name=row.name,
         )
+        await self._changed(project_id, row.id)
         return row
 
     async def update_description(
@@ -250,6 +253,11 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
         logger.info(
             "secret deleted", project_id=str(project_id), secret_id=str(secret_id), name=name
         )
+        await self._changed(project_id, secret_id)
+
+    async def _changed(self, project_id: UUID, secret_id: UUID) -> None:
+        if self.changes is not None:
+            await self.changes.changed(project_id, secret_id)
 
     async def _refuse_if_used(self, project_id: UUID, secret_id: UUID, name: str) -> None:
         users = (await self.users_of(project_id, [secret_id])).get(secret_id, [])
@@ -298,6 +306,12 @@ class SecretResolver:
         return _open(row, self._vault)
 
 
+SecretListener = Callable[[UUID], None]
+"""``(project_id)``: a cache of this process that holds something opened from the
+project's secrets (the custom LLMs area registers one as the ``secret_listeners``
+dependency; this area imports none of them)."""
+
+
 class SecretChanges:
     """Publishes ``secrets.changed`` after a rotation or deletion (see the module doc)."""
 
@@ -307,7 +321,7 @@ class SecretChanges:
         self,
         bus: EventBus,
         origin: str | None = None,
-        local: Sequence[Callable[[UUID], None]] = (),
+        local: Sequence[SecretListener] = (),
     ) -> None:
         self._bus = bus
         self._local = tuple(local)
