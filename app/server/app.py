@@ -23,6 +23,7 @@ from app.domain.agents.socket import agent_socket
 from app.domain.backends.controllers import AliasAdminController, BackendAdminController
 from app.domain.backends.deps import backends_dependencies
 from app.domain.backends.failover import FailoverAdminController
+from app.domain.calls.deps import calls_dependencies
 from app.domain.console.auth_pages import ConsoleAuthPages
 from app.domain.console.project_pages import ProjectPages
 from app.domain.console.tab_pages import TAB_CONTROLLERS
@@ -191,6 +192,7 @@ def create_app(
             **custom_llms_dependencies(),
             **overrides_dependencies(),
             **gateway_dependencies(resources.callers, resources.gateway),
+            **calls_dependencies(resources.callers),
             **web_dependencies(),
         },
         plugins=[SQLAlchemyPlugin(config=resources.db_config)],

@@ -27,9 +27,9 @@ from app.domain.accounts.sync import ApiKeySync
 from app.domain.agents.setup import Agents, build_agents
 from app.domain.backends.failover import FailoverControl
 from app.domain.backends.sync import RoutingConfigSync
+from app.domain.calls.admission import CallAdmission
+from app.domain.calls.callers import CallerResolver
 from app.domain.custom_llms.setup import CustomLlms, build_custom_llms
-from app.domain.gateway.admission import CallAdmission
-from app.domain.gateway.callers import CallerResolver
 from app.domain.gateway.services import GatewayService
 from app.domain.overrides.index import OverrideIndex
 from app.domain.overrides.sync import OverrideSync, build_override_sync
@@ -64,6 +64,7 @@ from app.routing.aliases import AliasTable
 from app.routing.backends.base import Backend
 from app.routing.backends.factory import build_backend
 from app.routing.breaker import CircuitBreaker
+from app.routing.direct_targets import DirectTargets
 from app.routing.evernight import BridgeClient, EvernightTunnels
 from app.routing.failover import FailoverPolicy, ProfileFailoverStatus
 from app.routing.health import HealthChecker
@@ -96,7 +97,7 @@ class Resources:
     last_used: LastUsedRecorder
     authenticator: Authenticator
     callers: CallerResolver
-    """Who pays for a ``/v1`` or JSON-RPC call (``app.domain.gateway.callers``)."""
+    """Who pays for a ``/v1`` or JSON-RPC call (``app.domain.calls.callers``)."""
     http_client: UpstreamHttp
     backend_registry: BackendRegistry
     alias_table: AliasTable
@@ -252,9 +253,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         overrides=override_sync.index,
         quotas=quota_gate,
         custom=custom_llms.directory,
-        custom_http=custom_llms.http,
-        breaker_threshold=settings.breaker_failure_threshold,
-        breaker_open_seconds=settings.breaker_open_seconds,
+        custom_targets=DirectTargets(
+            _backend_factory(custom_llms.http), _breaker_factory(settings)
+        ),
     )
 
     def on_failover_change(status: ProfileFailoverStatus) -> None:

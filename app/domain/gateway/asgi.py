@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
-from app.domain.gateway.callers import PROJECT_HEADER_KEY, CallerResolver
+from app.domain.calls.callers import PROJECT_HEADER_KEY, Caller, CallerResolver
 from app.domain.gateway.parsing import Endpoint, parse_request
-from app.domain.gateway.services import Caller, GatewayService
+from app.domain.gateway.services import GatewayService
 from app.lib.asgi_io import ClientLeftError, read_body
 from app.lib.asgi_stream import send_event_stream
 

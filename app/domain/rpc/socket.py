@@ -32,7 +32,7 @@ from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 from litestar.handlers import WebsocketRouteHandler
 
-from app.domain.gateway.callers import CallerResolver
+from app.domain.calls.callers import CallerResolver
 from app.domain.rpc.dispatch import Dispatcher
 from app.domain.rpc.live import (
     LOST,
