@@ -28,12 +28,18 @@ from app.domain.agents.setup import Agents
 from app.domain.agents.wiring import AgentsWiring
 from app.domain.backends.failover import FailoverControl
 from app.domain.backends.sync import RoutingConfigSync
-from app.domain.backends.wiring import FailoverWiring, RoutingWiring
+from app.domain.backends.wiring import (
+    FailoverWiring,
+    RoutingWiring,
+    backend_factory,
+    breaker_factory,
+)
+from app.domain.calls.admission import CallAdmission
+from app.domain.calls.callers import CallerResolver
+from app.domain.calls.deps import calls_dependencies
 from app.domain.conversations.deps import conversations_dependencies
 from app.domain.custom_llms.setup import CustomLlms
 from app.domain.custom_llms.wiring import CustomLlmsWiring
-from app.domain.gateway.admission import CallAdmission
-from app.domain.gateway.callers import CallerResolver
 from app.domain.gateway.deps import gateway_dependencies
 from app.domain.gateway.services import GatewayService
 from app.domain.overrides.index import OverrideIndex
@@ -73,6 +79,7 @@ from app.lib.state.redis import RedisStateStore
 from app.lib.tokens import TokenService
 from app.lib.vault import Vault
 from app.routing.aliases import AliasTable
+from app.routing.direct_targets import DirectTargets
 from app.routing.health import HealthChecker
 from app.routing.load_share import LoadShare
 from app.routing.profiles import ProfileTable
@@ -100,7 +107,7 @@ class Resources:
     last_used: LastUsedRecorder
     authenticator: Authenticator
     callers: CallerResolver
-    """Who pays for a ``/v1`` or JSON-RPC call (``app.domain.gateway.callers``)."""
+    """Who pays for a ``/v1`` or JSON-RPC call (``app.domain.calls.callers``)."""
     http_client: UpstreamHttp
     backend_registry: BackendRegistry
     alias_table: AliasTable
@@ -256,9 +263,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         overrides=overrides.index,
         quotas=quotas.gate,
         custom=custom.custom_llms.directory,
-        custom_http=custom.custom_llms.http,
-        breaker_threshold=settings.breaker_failure_threshold,
-        breaker_open_seconds=settings.breaker_open_seconds,
+        custom_targets=DirectTargets(
+            backend_factory(custom.custom_llms.http), breaker_factory(settings)
+        ),
     )
     callers = CallerResolver(
         accounts.authenticator,
@@ -340,7 +347,11 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         video,
         Provides(
             "calls",
-            {"runtime_chat": runtime_chat, **gateway_dependencies(callers, resources.gateway)},
+            {
+                "runtime_chat": runtime_chat,
+                **gateway_dependencies(callers, resources.gateway),
+                **calls_dependencies(callers),
+            },
         ),
         # Areas that provide only request-scoped services.
         Provides("projects", projects_dependencies()),

@@ -333,7 +333,14 @@ async def test_a_failing_upstream_leaves_no_reference_cycle_in_the_gateway(
     assert ours == []
 
 
-REQUEST_PATH = ("app/routing/", "app/domain/gateway/", "app/server/", "litestar/", "aiohttp/")
+REQUEST_PATH = (
+    "app/routing/",
+    "app/domain/calls/",
+    "app/domain/gateway/",
+    "app/server/",
+    "litestar/",
+    "aiohttp/",
+)
 """Where a call's objects come from (background tasks of the app, which may fail on
 their own while the suite runs, are not the error path of a call)."""
 

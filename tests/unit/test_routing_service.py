@@ -11,7 +11,7 @@ import pytest
 from app.routing.breaker import BreakerState
 from app.routing.errors import NoHealthyBackendError, StreamInterruptedError, UpstreamError
 from app.routing.health import HEALTH_CHANNEL, HealthChecker
-from app.routing.service import RelayedStream
+from app.routing.relay import RelayedStream
 from app.routing.types import HealthStatus, RawBody, RouteHints
 from tests.support.routing_fakes import RoutingRig, hold_in_flight
 from tests.unit.test_breaker import state_of

@@ -43,14 +43,14 @@ ROUTING_RELOAD_SECONDS = 60.0
 FAILOVER_REFRESH_SECONDS = 1.0
 
 
-def _backend_factory(http_client: UpstreamHttp) -> Callable[[BackendSpec], Backend]:
+def backend_factory(http_client: UpstreamHttp) -> Callable[[BackendSpec], Backend]:
     def build(spec: BackendSpec) -> Backend:
         return build_backend(spec, http_client)
 
     return build
 
 
-def _breaker_factory(settings: Settings) -> Callable[[], CircuitBreaker]:
+def breaker_factory(settings: Settings) -> Callable[[], CircuitBreaker]:
     def build() -> CircuitBreaker:
         return CircuitBreaker(
             threshold=settings.breaker_failure_threshold,
@@ -81,7 +81,7 @@ class RoutingWiring(Component):
         self._db_config = db_config
         self._vault = vault
         self.registry = BackendRegistry(
-            factory=_backend_factory(http_client), breaker_factory=_breaker_factory(settings)
+            factory=backend_factory(http_client), breaker_factory=breaker_factory(settings)
         )
         self.aliases = AliasTable()
         self.vllm_metrics = VllmMetricsCache(

@@ -16,9 +16,9 @@ from litestar.types import Receive, Scope, Send
 
 from app.domain.asgi_io import ClientLeftError, read_body
 from app.domain.asgi_stream import send_event_stream
-from app.domain.gateway.callers import PROJECT_HEADER_KEY, CallerResolver
+from app.domain.calls.callers import PROJECT_HEADER_KEY, Caller, CallerResolver
 from app.domain.gateway.parsing import Endpoint, parse_request
-from app.domain.gateway.services import Caller, GatewayService
+from app.domain.gateway.services import GatewayService
 
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]

@@ -14,8 +14,8 @@ from typing import Any
 from litestar import Request
 from litestar.di import Provide
 
-from app.domain.gateway.callers import PROJECT_HEADER, CallerResolver
-from app.domain.gateway.services import Caller, GatewayService
+from app.domain.calls.callers import PROJECT_HEADER, Caller, CallerResolver
+from app.domain.gateway.services import GatewayService
 
 
 @dataclass(frozen=True, slots=True)

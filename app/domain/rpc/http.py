@@ -11,7 +11,7 @@ from __future__ import annotations
 from litestar.types import Receive, Scope, Send
 
 from app.domain.asgi_io import ClientLeftError, read_body
-from app.domain.gateway.callers import CallerResolver
+from app.domain.calls.callers import CallerResolver
 from app.domain.rpc.methods import RpcContext, http_dispatcher
 from app.domain.rpc.protocol import INVALID_REQUEST, RpcError
 from app.domain.rpc.transport import (

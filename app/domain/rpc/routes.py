@@ -5,7 +5,7 @@ from __future__ import annotations
 from litestar import asgi
 from litestar.handlers import ASGIRouteHandler, WebsocketRouteHandler
 
-from app.domain.gateway.callers import CallerResolver
+from app.domain.calls.callers import CallerResolver
 from app.domain.rpc.http import rpc_http_handler
 from app.domain.rpc.live import LiveHub
 from app.domain.rpc.sidecar import rpc_events_handler

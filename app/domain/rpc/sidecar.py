@@ -29,7 +29,7 @@ import structlog
 from litestar.types import Receive, Scope, Send
 
 from app.domain.asgi_stream import send_event_stream
-from app.domain.gateway.callers import CallerResolver
+from app.domain.calls.callers import CallerResolver
 from app.domain.rpc.live import FeedUnavailableError, LiveHub, Subscriber, SubscriberEndedError
 from app.domain.rpc.methods import stream_not_found
 from app.domain.rpc.protocol import INVALID_REQUEST, RpcError, invalid_params

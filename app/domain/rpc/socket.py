@@ -33,7 +33,7 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.handlers import WebsocketRouteHandler
 
 from app.domain.asgi_io import refuse_websocket
-from app.domain.gateway.callers import CallerResolver
+from app.domain.calls.callers import CallerResolver
 from app.domain.rpc.dispatch import Dispatcher
 from app.domain.rpc.live import (
     LOST,

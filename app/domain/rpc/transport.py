@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import structlog
 from litestar.types import Message, Receive, Scope, Send
 
-from app.domain.gateway.callers import PROJECT_HEADER_KEY, CallerResolver
+from app.domain.calls.callers import PROJECT_HEADER_KEY, CallerResolver
 from app.domain.rpc.protocol import INTERNAL_ERROR, RpcError, encode_error, rpc_error_of
 from app.domain.video.facade import VideoOwner
 from app.lib.errors import AronaError

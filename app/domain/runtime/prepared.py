@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from uuid import UUID
 
+from app.domain.calls.admission import Admission
+from app.domain.calls.metering import CallRecord
 from app.domain.conversations.messages import NewMessage
-from app.domain.gateway.admission import Admission
 from app.domain.runtime.conversation_store import ChatHistory
 from app.routing.profiles import Profile
-from app.routing.types import RawBody, Usage
+from app.routing.types import RawBody
+
+ENDPOINT = "runtime_chat"
+"""The usage records' ``endpoint`` of runtime chats."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,20 @@ class PreparedChat:
     def conversation_id(self) -> UUID:
         return self.history.conversation_id
 
+    def call_record(self) -> CallRecord:
+        """The call's usage record, filled as it runs."""
+        record = CallRecord(
+            endpoint=ENDPOINT,
+            model_requested=self.requested_profile,
+            started=self.started,
+            project_id=self.project_id,
+            streamed=self.stream,
+            conversation_id=str(self.conversation_id),
+            model_profile_id=self.profile.id,
+        )
+        record.admitted(self.admission)
+        return record
+
 
 @dataclass(slots=True)
 class ChatReply:
@@ -52,16 +70,6 @@ class ChatReply:
     headers: list[tuple[bytes, bytes]]
     body: bytes = b""
     events: AsyncGenerator[bytes, None] | None = None
-
-
-@dataclass(slots=True)
-class Outcome:
-    status: int = 200
-    error_code: str | None = None
-    backend: str | None = None
-    served_model: str | None = None
-    usage: Usage = field(default_factory=Usage)
-    ttft_ms: int | None = None
 
 
 def custom_profile(llm_id: str, admission: Admission) -> Profile:

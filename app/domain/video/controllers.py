@@ -22,7 +22,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_204_NO_CONTENT
 
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
-from app.domain.gateway.deps import GatewayCall
+from app.domain.calls.callers import Caller
 from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
 from app.domain.video.facade import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, VideoJobs, VideoOwner
 from app.domain.video.prices import VideoPrices
@@ -52,21 +52,19 @@ class VideoGenerationController(Controller):
         opt={ERRORS_OPT: (404, 429)},
     )
     async def create_generation(
-        self, data: VideoJobRequest, gateway_call: GatewayCall, video_jobs: VideoJobs
+        self, data: VideoJobRequest, caller: Caller, video_jobs: VideoJobs
     ) -> VideoJobOut:
-        return await video_jobs.create(VideoOwner.of(gateway_call.caller), data)
+        return await video_jobs.create(VideoOwner.of(caller), data)
 
     @get("/")
     async def list_generations(
         self,
-        gateway_call: GatewayCall,
+        caller: Caller,
         video_jobs: VideoJobs,
         limit: JobLimitQuery = DEFAULT_LIST_LIMIT,
         offset: OffsetQuery = 0,
     ) -> VideoJobList:
-        jobs, total = await video_jobs.list(
-            VideoOwner.of(gateway_call.caller), limit=limit, offset=offset
-        )
+        jobs, total = await video_jobs.list(VideoOwner.of(caller), limit=limit, offset=offset)
         return VideoJobList(
             data=jobs,
             total=total,
@@ -77,15 +75,15 @@ class VideoGenerationController(Controller):
 
     @get("/{job_id:str}")
     async def get_generation(
-        self, job_id: str, gateway_call: GatewayCall, video_jobs: VideoJobs
+        self, job_id: str, caller: Caller, video_jobs: VideoJobs
     ) -> VideoJobOut:
-        return await video_jobs.get(VideoOwner.of(gateway_call.caller), job_id)
+        return await video_jobs.get(VideoOwner.of(caller), job_id)
 
     @post("/{job_id:str}/cancel", status_code=HTTP_200_OK)
     async def cancel_generation(
-        self, job_id: str, gateway_call: GatewayCall, video_jobs: VideoJobs
+        self, job_id: str, caller: Caller, video_jobs: VideoJobs
     ) -> VideoJobOut:
-        return await video_jobs.cancel(VideoOwner.of(gateway_call.caller), job_id)
+        return await video_jobs.cancel(VideoOwner.of(caller), job_id)
 
 
 class VideoPriceAdminController(Controller):

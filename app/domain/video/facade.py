@@ -21,7 +21,7 @@ from uuid import UUID
 import msgspec
 
 from app.db.models import VideoJob
-from app.domain.gateway.services import Caller
+from app.domain.calls.callers import Caller
 from app.domain.quotas.gate import QuotaGate
 from app.domain.video import metering
 from app.domain.video.events import CANCELLED, publish_job

@@ -13,14 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from app.db.models import VideoJob
+from app.domain.calls.metering import CLIENT_CLOSED_STATUS, CallRecord
+from app.domain.calls.metering import usage_row as entry_row
 from app.lib.clock import utcnow
-from app.lib.ids import uuid7
 
 ENDPOINT = "video.generations"
 # The HTTP status a synchronous call would have answered with, so usage reports read
 # video jobs like any other call.
 STATUS_DONE = 200
-STATUS_CANCELLED = 499
+STATUS_CANCELLED = CLIENT_CLOSED_STATUS
 STATUS_FAILED = 502
 STATUS_TIMED_OUT = 504
 
@@ -34,30 +35,20 @@ def usage_row(
     backend: str | None = None,
     model_served: str | None = None,
 ) -> dict[str, Any]:
+    """The job's usage record as the values of its INSERT (the shared record, priced)."""
     now = utcnow()
     started = job.created_at or now
-    return {
-        "id": uuid7(),
-        "project_id": job.project_id,
-        "api_key_id": job.api_key_id,
-        "user_id": job.user_id,
-        "model_requested": job.model[:200],
-        "model_served": model_served or job.model_served,
-        "backend": backend or job.backend,
-        "endpoint": ENDPOINT,
-        "streamed": False,
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "total_tokens": 0,
-        "estimated": False,
-        "status": status,
-        "error_code": None if error_code is None else error_code[:64],
-        "latency_ms": max(0, int((now - started).total_seconds() * 1000)),
-        "ttft_ms": None,
-        "conversation_id": None,
-        "model_profile_id": None,
-        "is_custom": False,
-        "is_override_key": False,
-        "cost": cost,
-        "created_at": now,
-    }
+    record = CallRecord(
+        endpoint=ENDPOINT,
+        model_requested=job.model[:200],
+        project_id=job.project_id,
+        api_key_id=job.api_key_id,
+        user_id=job.user_id,
+        backend=backend or job.backend,
+        served_model=model_served or job.model_served,
+        status=status,
+        error_code=None if error_code is None else error_code[:64],
+        cost=cost,
+    )
+    latency_ms = max(0, int((now - started).total_seconds() * 1000))
+    return entry_row(record.entry(latency_ms=latency_ms, created_at=now))

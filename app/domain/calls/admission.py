@@ -8,31 +8,28 @@ Every metered call of a project passes here once, before routing:
   place of its own, and the call is outside the quota.
 - Anything else counts against the project's quota: one atomic reservation, or a 429.
 
-The custom LLM adapters are cached per project and name and rebuilt when the target
-changes (a rotated secret, a new URL); they use the SSRF-guarded pool.
+The custom LLM adapters come from ``app.routing.direct_targets`` (built by the routing
+backend factory, cached per project and name, rebuilt when the target changes); the
+server hands it a factory over the SSRF-guarded pool.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from app.domain.custom_llms.directory import CustomLlmDirectory, CustomTarget, parse_llm_id
-from app.domain.gateway.parsing import ListedModelOut
+from app.domain.custom_llms.directory import (
+    CustomListing,
+    CustomLlmDirectory,
+    CustomTarget,
+    parse_llm_id,
+)
 from app.domain.overrides.index import OverrideIndex
 from app.domain.quotas.gate import QuotaGate
-from app.lib.http import UpstreamHttp
-from app.routing.backends.openai import OpenAICompatibleBackend
-from app.routing.breaker import CircuitBreaker
+from app.routing.direct_targets import DirectTargets
 from app.routing.errors import ModelNotFoundError
 from app.routing.registry import BackendState
-from app.routing.types import Health, HealthStatus
-
-MAX_CUSTOM_ADAPTERS = 10_000
-# A custom LLM is not probed: it is assumed up until calls say otherwise (its breaker).
-_ASSUMED_UP = Health(HealthStatus.HEALTHY, "custom LLM (not probed)", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,17 +51,12 @@ class CallAdmission:
         overrides: OverrideIndex,
         quotas: QuotaGate,
         custom: CustomLlmDirectory,
-        custom_http: UpstreamHttp,
-        breaker_threshold: int,
-        breaker_open_seconds: float,
+        custom_targets: DirectTargets,
     ) -> None:
         self._overrides = overrides
         self._quotas = quotas
         self._custom = custom
-        self._custom_http = custom_http
-        self._breaker_threshold = breaker_threshold
-        self._breaker_open_seconds = breaker_open_seconds
-        self._adapters: OrderedDict[tuple[UUID, str], BackendState] = OrderedDict()
+        self._custom_targets = custom_targets
 
     async def admit(
         self,
@@ -89,19 +81,11 @@ class CallAdmission:
         await self._quotas.check(project_id)
         return Admission(model)
 
-    async def custom_models(self, project_id: UUID | None) -> list[ListedModelOut]:
-        """The project's enabled custom LLMs, as ``/v1/models`` lists them."""
+    async def custom_llms(self, project_id: UUID | None) -> list[CustomListing]:
+        """The project's enabled custom LLMs (``/v1/models`` lists them)."""
         if project_id is None:
             return []
-        return [
-            ListedModelOut(
-                id=entry.llm_id,
-                owned_by="custom",
-                context_window=entry.context_window_tokens,
-                max_output_tokens=entry.max_output_tokens,
-            )
-            for entry in await self._custom.listing(project_id)
-        ]
+        return await self._custom.listing(project_id)
 
     async def _custom_call(self, project_id: UUID | None, name: str, model: str) -> Admission:
         target = None if project_id is None else await self._custom.target(project_id, name)
@@ -116,23 +100,6 @@ class CallAdmission:
         )
 
     def _state_for(self, target: CustomTarget) -> BackendState:
-        key = (target.project_id, target.name)
-        spec = target.backend_spec()
-        state = self._adapters.get(key)
-        if state is not None and state.spec == spec:
-            self._adapters.move_to_end(key)
-            return state
-        # New or changed (URL, model, a rotated key): a fresh adapter and breaker. The
-        # replaced adapter owns nothing (the pool is shared), so it is simply dropped.
-        state = BackendState(
-            adapter=OpenAICompatibleBackend(spec, self._custom_http),
-            breaker=CircuitBreaker(
-                threshold=self._breaker_threshold, open_seconds=self._breaker_open_seconds
-            ),
-            health=_ASSUMED_UP,
+        return self._custom_targets.state_for(
+            (target.project_id, target.name), target.backend_spec()
         )
-        self._adapters[key] = state
-        self._adapters.move_to_end(key)
-        while len(self._adapters) > MAX_CUSTOM_ADAPTERS:
-            self._adapters.popitem(last=False)
-        return state

@@ -15,9 +15,11 @@ Used by ``/v1`` (chat, embeddings, models, video) and JSON-RPC, HTTP and WebSock
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from uuid import UUID
+
 from app.domain.accounts.authenticator import Authenticator
 from app.domain.accounts.principals import ApiKeyPrincipal, Principal, UserPrincipal
-from app.domain.gateway.services import Caller
 from app.domain.projects.memberships import ProjectMemberships
 from app.lib.errors import (
     AuthenticationError,
@@ -28,6 +30,21 @@ from app.lib.errors import (
 
 PROJECT_HEADER = "X-Arona-Project"
 PROJECT_HEADER_KEY = PROJECT_HEADER.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a call is for: always a project, and the API key or the user that called
+    on its behalf."""
+
+    project_id: UUID
+    api_key_id: UUID | None
+    user_id: UUID | None
+
+    @property
+    def scope(self) -> str:
+        """Namespace of conversation pins: the project."""
+        return str(self.project_id)
 
 
 class CallerResolver:

@@ -1,0 +1,136 @@
+"""One metering path: what a call turned into becomes one usage record.
+
+Every surface collects a ``CallRecord`` while its call runs (``/v1`` chat and
+embeddings, the runtime chat, video jobs) and turns it into the same ``UsageEntry``:
+the request path hands it to the ``UsageSink`` through ``Meter`` (which never fails
+the call it meters); video jobs write it as a row in the transaction that makes the
+job final (``usage_row``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import structlog
+
+from app.domain.calls.admission import Admission
+from app.domain.calls.callers import Caller
+from app.domain.usage.entry import UsageEntry, UsageSink
+from app.lib.clock import utcnow
+from app.lib.errors import AronaError
+from app.routing.relay import RelayedStream
+from app.routing.service import CallOutcome
+from app.routing.types import Clock, Usage
+
+logger = structlog.get_logger()
+
+CLIENT_CLOSED_STATUS = 499
+"""The status of a call whose client went away before it finished (nginx's 499)."""
+CLIENT_CLOSED_CODE = "client_closed"
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """What one call turned into, collected while it runs."""
+
+    endpoint: str
+    model_requested: str
+    started: float = 0.0
+    """When the call started, on the meter's clock (monotonic)."""
+    project_id: UUID | None = None
+    api_key_id: UUID | None = None
+    user_id: UUID | None = None
+    streamed: bool = False
+    conversation_id: str | None = None
+    model_profile_id: str | None = None
+    backend: str | None = None
+    served_model: str | None = None
+    usage: Usage | None = None
+    status: int = 200
+    error_code: str | None = None
+    ttft_ms: int | None = None
+    is_custom: bool = False
+    is_override_key: bool = False
+    cost: float | None = None
+
+    def charged_to(self, caller: Caller) -> None:
+        self.project_id = caller.project_id
+        self.api_key_id, self.user_id = caller.api_key_id, caller.user_id
+
+    def admitted(self, admission: Admission) -> None:
+        self.is_custom, self.is_override_key = admission.is_custom, admission.is_override_key
+
+    def failed(self, error: AronaError) -> None:
+        self.status, self.error_code = error.status_code, error.code
+
+    def client_closed(self) -> None:
+        self.status, self.error_code = CLIENT_CLOSED_STATUS, CLIENT_CLOSED_CODE
+
+    def served(self, outcome: CallOutcome) -> None:
+        """A complete answer came back from ``outcome.backend``."""
+        self.backend, self.served_model = outcome.backend, outcome.served_model or None
+        self.usage = outcome.usage
+
+    def relayed(self, relay: RelayedStream, usage: Usage) -> None:
+        """A relayed stream is over; ``usage`` is what it counted."""
+        self.backend, self.served_model = relay.backend or None, relay.served_model or None
+        self.usage = usage
+        if relay.first_byte_at is not None:
+            self.ttft_ms = int((relay.first_byte_at - self.started) * 1000)
+
+    def entry(self, *, latency_ms: int, created_at: datetime.datetime | None = None) -> UsageEntry:
+        usage = self.usage or Usage()
+        return UsageEntry(
+            project_id=self.project_id,
+            api_key_id=self.api_key_id,
+            user_id=self.user_id,
+            model_requested=self.model_requested,
+            model_served=self.served_model,
+            backend=self.backend,
+            endpoint=self.endpoint,
+            streamed=self.streamed,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+            estimated=usage.estimated,
+            status=self.status,
+            error_code=self.error_code,
+            latency_ms=latency_ms,
+            ttft_ms=self.ttft_ms,
+            conversation_id=self.conversation_id,
+            model_profile_id=self.model_profile_id,
+            is_custom=self.is_custom,
+            is_override_key=self.is_override_key,
+            cost=self.cost,
+            created_at=created_at or utcnow(),
+        )
+
+
+def usage_row(entry: UsageEntry) -> dict[str, Any]:
+    """``entry`` as the values of a ``usage_records`` INSERT (for writes that must be
+    in the caller's own transaction)."""
+    return msgspec.structs.asdict(entry)
+
+
+class Meter:
+    """Records calls through the request path's ``UsageSink``; latency on ``clock``."""
+
+    __slots__ = ("_clock", "_sink")
+
+    def __init__(self, sink: UsageSink, clock: Clock) -> None:
+        self._sink = sink
+        self._clock = clock
+
+    def now(self) -> float:
+        return self._clock()
+
+    async def record(self, call: CallRecord) -> None:
+        try:
+            latency_ms = int((self._clock() - call.started) * 1000)
+            await self._sink.record(call.entry(latency_ms=latency_ms))
+        except Exception as exc:  # metering must never fail the request it meters
+            logger.error("could not record usage", error=repr(exc))

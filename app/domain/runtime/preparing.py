@@ -1,0 +1,182 @@
+"""Preparing a runtime chat: from the request to the profile, body and admission.
+
+1. Load the conversation (project-scoped) with its history and any sticky pin.
+2. Resolve the profile: the request's, else the conversation's, else the project
+   default; it must be enabled for the project.
+3. Sticky fallback: a conversation pinned away from that profile goes to the pin's
+   target instead.
+4. Latency failover: unless the conversation is a priority one, a slow profile is
+   swapped for the first healthy link of its preference chain.
+5. Admission last (``app.domain.calls``): a refused request must not spend quota.
+
+A call refused on the way is metered too (``ChatPreparer.prepare``).
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import structlog
+
+from app.domain.calls.admission import CallAdmission
+from app.domain.calls.metering import CallRecord, Meter
+from app.domain.conversations.messages import NewMessage, validate_messages
+from app.domain.conversations.selection import choose_profile
+from app.domain.custom_llms.directory import parse_llm_id
+from app.domain.profiles.catalog import ProfileCatalog
+from app.domain.runtime.conversation_store import ChatHistory, ConversationStore
+from app.domain.runtime.prepared import ENDPOINT, Failover, PreparedChat, custom_profile
+from app.domain.runtime.schemas import RuntimeChatRequest
+from app.domain.runtime.upstream_body import check_capabilities, upstream_body
+from app.lib.errors import AronaError
+from app.routing.failover import Availability, FailoverPolicy
+from app.routing.profiles import Profile, ProfileTable
+from app.routing.router import Router
+
+logger = structlog.get_logger()
+
+
+class ChatPreparer:
+    def __init__(
+        self,
+        *,
+        router: Router,
+        profiles: ProfileTable,
+        catalog: ProfileCatalog,
+        failover: FailoverPolicy,
+        conversations: ConversationStore,
+        admission: CallAdmission,
+        meter: Meter,
+    ) -> None:
+        self._router = router
+        self._profiles = profiles
+        self._catalog = catalog
+        self._failover = failover
+        self._conversations = conversations
+        self._admission = admission
+        self._meter = meter
+
+    async def prepare(self, project_id: UUID, request: RuntimeChatRequest) -> PreparedChat:
+        started = self._meter.now()
+        # Cheap checks first: a malformed turn is a 400 before anything touches the
+        # database (not a call yet, so not metered, as on /v1).
+        turns = validate_messages(request.messages)
+        # What is known of the call when it is refused, for its usage row.
+        refused = CallRecord(
+            endpoint=ENDPOINT,
+            model_requested=request.model_profile_id or request.llm_id or "",
+            started=started,
+            project_id=project_id,
+            streamed=request.stream,
+            conversation_id=str(request.conversation_id),
+        )
+        try:
+            return await self._prepare(project_id, request, turns, started, refused)
+        except AronaError as exc:
+            # A refused call is metered too (a 429 counts against nobody's quota but
+            # shows in the project's usage, as on /v1).
+            refused.failed(exc)
+            await self._meter.record(refused)
+            raise
+
+    async def _prepare(
+        self,
+        project_id: UUID,
+        request: RuntimeChatRequest,
+        turns: list[NewMessage],
+        started: float,
+        refused: CallRecord,
+    ) -> PreparedChat:
+        choice = choose_profile(
+            self._profiles,
+            request.model_profile_id,
+            request.llm_id,
+            request.provider,
+            null_clears=False,
+        )
+        history = await self._conversations.load(project_id, request.conversation_id)
+        requested = choice.profile_id or history.model_profile_id
+        refused.model_requested = requested or refused.model_requested
+        new_turns = [m.to_openai() for m in request.messages]
+        conversation = str(history.conversation_id)
+        failover: Failover | None = None
+        if requested is not None and parse_llm_id(requested) is not None:
+            # The project's own endpoint: no profile policies, no shared pool.
+            refused.is_custom = True
+            admission = await self._admission.admit(project_id, conversation, requested)
+            profile = custom_profile(requested, admission)
+        else:
+            profile = await self._catalog.resolve(project_id, requested)
+            refused.model_requested = refused.model_requested or profile.id
+            # A priority conversation stays where its owner put it: no pin moves it.
+            pinned = (
+                None
+                if history.priority
+                else await self._pinned_target(project_id, history, profile)
+            )
+            if pinned is not None:
+                failover = Failover("pin", profile.id)
+                profile = pinned
+            decision = self._failover.route(
+                profile,
+                priority=history.priority,
+                available=await self._available_links(project_id, profile),
+            )
+            if decision.redirected_from is not None and failover is None:
+                failover = Failover("latency", decision.redirected_from)
+            profile = decision.profile
+            refused.model_profile_id = profile.id
+            check_capabilities(profile, request, new_turns)
+            # Last: a refused request must not spend quota.
+            admission = await self._admission.admit(
+                project_id, conversation, profile.base_model, also_known_as=(profile.id,)
+            )
+        return PreparedChat(
+            project_id=project_id,
+            history=history,
+            requested_profile=requested or profile.id,
+            profile=profile,
+            failover=failover,
+            body=upstream_body(profile, request, [*history.messages, *new_turns]),
+            new_turns=turns,
+            stream=request.stream,
+            started=started,
+            admission=admission,
+        )
+
+    async def _pinned_target(
+        self, project_id: UUID, history: ChatHistory, profile: Profile
+    ) -> Profile | None:
+        """The pin's target, when the pin is about this profile and its target is usable.
+
+        A pin moves a conversation off one profile; a turn that asks for another
+        profile (say, one that reads images) is not dragged along.
+        """
+        pin = history.pin
+        if pin is None or pin.from_profile_id != profile.id:
+            return None
+        target = self._profiles.get(pin.to_profile_id)
+        if target is None or not await self._catalog.is_enabled_for(project_id, target.id):
+            logger.warning(
+                "fallback pin ignored: its target profile is gone or disabled",
+                conversation=str(history.conversation_id),
+                target=pin.to_profile_id,
+            )
+            return None
+        return target
+
+    async def _available_links(self, project_id: UUID, profile: Profile) -> Availability:
+        """The chain links latency failover may use: enabled for the project and
+        served by at least one usable backend right now."""
+        usable: set[str] = set()
+        for link_id in profile.failover_chain:
+            link = self._profiles.get(link_id)
+            if link is None or not await self._catalog.is_enabled_for(project_id, link_id):
+                continue
+            if self._router.can_serve(link.base_model, link.tags):
+                usable.add(link_id)
+
+        def available(link: Profile) -> bool:
+            return link.id in usable
+
+        return available
