@@ -27,7 +27,7 @@ from app.domain.backends.schemas import (
 )
 from app.domain.backends.services import AliasService, BackendConfigService
 from app.domain.backends.sync import RoutingConfigSync
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import LimitQuery, OffsetQuery, page_of
 from app.lib.errors import ERRORS_OPT
 from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
@@ -122,8 +122,9 @@ class BackendAdminController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[BackendOut]:
         rows, total = await backend_configs_service.page(limit, offset)
-        items = [backend_out(row, backend_registry.get(row.name)) for row in rows]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(
+            rows, total, limit, offset, lambda row: backend_out(row, backend_registry.get(row.name))
+        )
 
     @get("/{name:str}")
     async def get_backend(
@@ -200,7 +201,7 @@ class AliasAdminController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[AliasOut]:
         rows, total = await aliases_service.page(limit, offset)
-        return Page(items=[alias_out(r) for r in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, alias_out)
 
     # A path parameter: aliases often look like Hugging Face ids (``org/model``).
     @delete("/{alias:path}", status_code=HTTP_204_NO_CONTENT)

@@ -32,7 +32,7 @@ from app.domain.conversations.schemas import (
 )
 from app.domain.conversations.selection import choose_profile
 from app.domain.conversations.services import ConversationService
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import LimitQuery, OffsetQuery, page_of
 from app.domain.projects.deps import projects_principal
 from app.lib.errors import ERRORS_OPT
 from app.lib.pagination import DEFAULT_LIMIT, Page
@@ -130,8 +130,7 @@ class ConversationRoutes(Controller):
         rows, total = await conversations_service.page(
             conversation_scope.project_id, limit, offset, priority=priority
         )
-        items = [conversation_out(c, p) for c, p in rows]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, lambda row: conversation_out(*row))
 
     @get("/{conversation_id:uuid}")
     async def get_conversation(
@@ -155,7 +154,7 @@ class ConversationRoutes(Controller):
         rows, total = await conversations_service.message_page(
             conversation_scope.project_id, conversation_id, limit, offset
         )
-        return Page(items=[message_out(m) for m in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, message_out)
 
     @patch("/{conversation_id:uuid}")
     async def update_conversation(
@@ -242,7 +241,7 @@ class PinAdminController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[PinOut]:
         rows, total = await pins_service.page(limit, offset)
-        return Page(items=[pin_out(p) for p in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, pin_out)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def clear_pin(

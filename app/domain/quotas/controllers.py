@@ -22,9 +22,9 @@ from litestar import Controller, Request, get, put
 from app.db.models import Project, ProjectQuota, UsageRecord
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
-from app.domain.paging import LimitQuery, OffsetQuery
+from app.domain.paging import LimitQuery, OffsetQuery, page_of
 from app.domain.projects.deps import projects_principal
-from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
+from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectAccess, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage
 from app.domain.quotas.limits import QuotaLimits, QuotaSync
 from app.domain.quotas.schemas import (
@@ -160,12 +160,10 @@ class ProjectQuotaController(Controller):
     async def get_quota(
         self,
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         project_quotas_service: ProjectQuotaService,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
-        await projects_service.access(principal, project_id)
         row = await project_quotas_service.of_project(project_id)
         return await quota_out(project_id, row, quota_gate)
 
@@ -173,14 +171,12 @@ class ProjectQuotaController(Controller):
     async def set_owner_quota(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         data: OwnerQuotaIn,
-        principal: Principal,
-        projects_service: ProjectService,
         project_quotas_service: ProjectQuotaService,
         quota_sync: QuotaSync,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "change the project's quota")
         row = await project_quotas_service.set_owner_limits(
             project_id, WindowValues(data.per_minute, data.per_day, data.per_month)
@@ -193,27 +189,23 @@ class ProjectQuotaController(Controller):
         self,
         request: Request[Any, Any, Any],
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         usage_records_service: UsageRecordService,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,
     ) -> Page[UsageRecordOut]:
-        await projects_service.access(principal, project_id)
         filters = UsageFilters.parse(_query(request), allowed=PAGE_PARAMS)
         rows, total = await usage_records_service.page(project_id, filters, limit, offset)
-        return Page(items=[record_out(r) for r in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, record_out)
 
     @get("/usage/summary")
     async def usage_summary(
         self,
         request: Request[Any, Any, Any],
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         usage_records_service: UsageRecordService,
     ) -> UsageSummaryOut:
-        await projects_service.access(principal, project_id)
         query = _query(request)
         group_by = parse_group_by(query.get("groupBy"))
         filters = UsageFilters.parse(query, allowed=SUMMARY_PARAMS)
