@@ -9,18 +9,16 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from redis.asyncio import Redis
-from sqlalchemy import select
 
 from app.db.config import build_db_config, install_sqlite_pragmas
-from app.db.models import ApiKey
 from app.db.outage import unavailable_on_outage
 from app.domain.accounts.authenticator import Authenticator
-from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, KeyLookup
+from app.domain.accounts.keyring import ApiKeyIndex, db_key_loaders
 from app.domain.accounts.last_used import LastUsedRecorder
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
@@ -144,30 +142,6 @@ class Resources:
     owns_password_hasher: bool = True
 
 
-def _key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup]:
-    async def load_all() -> Iterable[tuple[str, ActiveApiKey]]:
-        async with db_config.get_session() as session:
-            rows = await session.execute(
-                select(ApiKey.key_hash, ApiKey.id, ApiKey.project_id).where(
-                    ApiKey.revoked_at.is_(None)
-                )
-            )
-            return [(h, ActiveApiKey(key_id=i, project_id=p)) for h, i, p in rows]
-
-    async def lookup_one(key_hash: str) -> ActiveApiKey | None:
-        async with db_config.get_session() as session:
-            row = (
-                await session.execute(
-                    select(ApiKey.id, ApiKey.project_id).where(
-                        ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
-                    )
-                )
-            ).first()
-            return None if row is None else ActiveApiKey(key_id=row[0], project_id=row[1])
-
-    return load_all, lookup_one
-
-
 def _backend_factory(http_client: UpstreamHttp) -> Callable[[BackendSpec], Backend]:
     def build(spec: BackendSpec) -> Backend:
         return build_backend(spec, http_client)
@@ -207,7 +181,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         event_bus = MemoryEventBus()
     tokens = TokenService(settings.jwt_secret)
     revocations = RevocationList(state_store)
-    load_all, lookup_one = _key_loaders(db_config)
+    load_all, lookup_one = db_key_loaders(db_config)
     index = ApiKeyIndex(
         load_all,
         lookup_one,
