@@ -12,7 +12,7 @@ import datetime
 from litestar import Controller, delete, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import BackendConfig, ModelAlias
+from app.db.models import BackendConfig
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
 from app.domain.backends.schemas import (
@@ -27,7 +27,7 @@ from app.domain.backends.schemas import (
 )
 from app.domain.backends.services import AliasService, BackendConfigService
 from app.domain.backends.sync import RoutingConfigSync
-from app.domain.paging import LimitQuery, OffsetQuery, page_of
+from app.domain.paging import LimitQuery, OffsetQuery, by_attributes, page_of
 from app.lib.errors import ERRORS_OPT
 from app.lib.pagination import DEFAULT_LIMIT, Page
 from app.lib.vault import Vault
@@ -85,8 +85,7 @@ def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
     )
 
 
-def alias_out(row: ModelAlias) -> AliasOut:
-    return AliasOut(alias=row.alias, target=row.target, created_at=row.created_at)
+alias_out = by_attributes(AliasOut)
 
 
 class BackendAdminController(Controller):
