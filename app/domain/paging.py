@@ -8,12 +8,14 @@ documented in the OpenAPI schema, and never reaches the database.
 
 from __future__ import annotations
 
-from typing import Annotated, Generic, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 from advanced_alchemy.filters import LimitOffset, OrderBy
 from litestar.params import QueryParameter
 
+R = TypeVar("R")
 T = TypeVar("T")
 
 DEFAULT_LIMIT = 50
@@ -47,3 +49,19 @@ def newest_first(limit: int, offset: int) -> tuple[OrderBy, OrderBy, LimitOffset
         OrderBy(field_name="id", sort_order="desc"),
         LimitOffset(limit=limit, offset=offset),
     )
+
+
+def page_of(
+    rows: Iterable[R], total: int, limit: int, offset: int, to_schema: Callable[[R], T]
+) -> Page[T]:
+    """The ``{"items", "total", "limit", "offset"}`` envelope of one page of rows."""
+    return Page(items=[to_schema(row) for row in rows], total=total, limit=limit, offset=offset)
+
+
+def by_attributes(schema: type[T]) -> Callable[[Any], T]:
+    """A row mapper for a schema whose fields are all attributes of the row, by name."""
+
+    def to_schema(row: Any) -> T:
+        return msgspec.convert(row, schema, from_attributes=True)
+
+    return to_schema

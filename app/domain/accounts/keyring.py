@@ -30,6 +30,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from uuid import UUID
 
+from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
+from sqlalchemy import select
+
+from app.db.models import ApiKey
 from app.db.outage import DatabaseUnavailableError, is_database_outage
 
 UNVERIFIABLE_KEY = (
@@ -65,6 +69,33 @@ _Change = _Added | _Removed | _ProjectRemoved
 
 KeyLoader = Callable[[], Awaitable[Iterable[tuple[str, ActiveApiKey]]]]
 KeyLookup = Callable[[str], Awaitable[ActiveApiKey | None]]
+
+
+def db_key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup]:
+    """Every active key (the index's warm-up) and one by hash (a miss), each in a short
+    session of its own: the index is not tied to a request."""
+
+    async def load_all() -> Iterable[tuple[str, ActiveApiKey]]:
+        async with db_config.get_session() as session:
+            rows = await session.execute(
+                select(ApiKey.key_hash, ApiKey.id, ApiKey.project_id).where(
+                    ApiKey.revoked_at.is_(None)
+                )
+            )
+            return [(h, ActiveApiKey(key_id=i, project_id=p)) for h, i, p in rows]
+
+    async def lookup_one(key_hash: str) -> ActiveApiKey | None:
+        async with db_config.get_session() as session:
+            row = (
+                await session.execute(
+                    select(ApiKey.id, ApiKey.project_id).where(
+                        ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
+                    )
+                )
+            ).first()
+            return None if row is None else ActiveApiKey(key_id=row[0], project_id=row[1])
+
+    return load_all, lookup_one
 
 
 class ApiKeyIndex:

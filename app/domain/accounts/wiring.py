@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import structlog
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
-from sqlalchemy import select
 
-from app.db.models import ApiKey
 from app.domain.accounts.authenticator import Authenticator
 from app.domain.accounts.credential_services import RuntimeTokenService, TokenRevocationService
 from app.domain.accounts.deps import accounts_dependencies
-from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex, KeyLoader, KeyLookup
+from app.domain.accounts.keyring import (
+    ApiKeyIndex,
+    db_key_loaders,
+)
 from app.domain.accounts.last_used import LastUsedRecorder
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.services import RefreshTokenService, family_mark_until
@@ -30,30 +31,6 @@ from app.lib.tokens import TokenService
 logger = structlog.get_logger()
 KEY_INDEX_RELOAD_SECONDS = 60.0
 KEY_SYNC_READY_SECONDS = 10.0
-
-
-def _key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLookup]:
-    async def load_all() -> Iterable[tuple[str, ActiveApiKey]]:
-        async with db_config.get_session() as session:
-            rows = await session.execute(
-                select(ApiKey.key_hash, ApiKey.id, ApiKey.project_id).where(
-                    ApiKey.revoked_at.is_(None)
-                )
-            )
-            return [(h, ActiveApiKey(key_id=i, project_id=p)) for h, i, p in rows]
-
-    async def lookup_one(key_hash: str) -> ActiveApiKey | None:
-        async with db_config.get_session() as session:
-            row = (
-                await session.execute(
-                    select(ApiKey.id, ApiKey.project_id).where(
-                        ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
-                    )
-                )
-            ).first()
-            return None if row is None else ActiveApiKey(key_id=row[0], project_id=row[1])
-
-    return load_all, lookup_one
 
 
 async def restore_revocations(
@@ -93,7 +70,7 @@ class AccountsWiring(Component):
         self._settings = settings
         self._db_config = db_config
         self.revocations = RevocationList(state_store)
-        load_all, lookup_one = _key_loaders(db_config)
+        load_all, lookup_one = db_key_loaders(db_config)
         self.api_key_index = ApiKeyIndex(
             load_all,
             lookup_one,

@@ -36,7 +36,7 @@ from app.domain.agents.services import AgentDeploymentService, AgentNodeService
 from app.domain.agents.setup import Agents
 from app.domain.agents.views import agent_out, deployment_out
 from app.domain.backends.deps import platform_admin
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
 from app.lib.errors import ERRORS_OPT
 
 
@@ -74,8 +74,9 @@ class AgentAdminController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[AgentOut]:
         rows, total = await agent_nodes_service.page(limit, offset)
-        items = [agent_out(row, agents.offline_seconds) for row in rows]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(
+            rows, total, limit, offset, lambda row: agent_out(row, agents.offline_seconds)
+        )
 
     @get("/{agent_id:uuid}")
     async def get_agent(
@@ -124,8 +125,9 @@ class AgentDeploymentController(Controller):
             limit, offset, agent_id=agent_id, status=status
         )
         names = await _names(agent_nodes_service, {row.agent_id for row in rows})
-        items = [deployment_out(row, names.get(row.agent_id, "")) for row in rows]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(
+            rows, total, limit, offset, lambda row: deployment_out(row, names.get(row.agent_id, ""))
+        )
 
     @get("/{deployment_id:uuid}")
     async def get_deployment(

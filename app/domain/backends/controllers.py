@@ -12,7 +12,7 @@ import datetime
 from litestar import Controller, delete, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import BackendConfig, ModelAlias
+from app.db.models import BackendConfig
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
 from app.domain.backends.schemas import (
@@ -27,7 +27,7 @@ from app.domain.backends.schemas import (
 )
 from app.domain.backends.services import AliasService, BackendConfigService
 from app.domain.backends.sync import RoutingConfigSync
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, by_attributes, page_of
 from app.lib.errors import ERRORS_OPT
 from app.lib.vault import Vault
 from app.routing.health import HealthChecker
@@ -84,8 +84,7 @@ def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
     )
 
 
-def alias_out(row: ModelAlias) -> AliasOut:
-    return AliasOut(alias=row.alias, target=row.target, created_at=row.created_at)
+alias_out = by_attributes(AliasOut)
 
 
 class BackendAdminController(Controller):
@@ -123,8 +122,9 @@ class BackendAdminController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[BackendOut]:
         rows, total = await backend_configs_service.page(limit, offset)
-        items = [backend_out(row, backend_registry.get(row.name)) for row in rows]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(
+            rows, total, limit, offset, lambda row: backend_out(row, backend_registry.get(row.name))
+        )
 
     @get("/{name:str}")
     async def get_backend(
@@ -197,7 +197,7 @@ class AliasAdminController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[AliasOut]:
         rows, total = await aliases_service.page(limit, offset)
-        return Page(items=[alias_out(r) for r in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, alias_out)
 
     # A path parameter: aliases often look like Hugging Face ids (``org/model``).
     @delete("/{alias:path}", status_code=HTTP_204_NO_CONTENT)

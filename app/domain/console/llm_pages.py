@@ -27,11 +27,9 @@ from app.domain.console.tab_support import (
     template_helpers,
 )
 from app.domain.custom_llms.names import llm_id
-from app.domain.custom_llms.probe import probe_custom_llm
 from app.domain.custom_llms.schemas import CustomLlmCreate, CustomLlmUpdate
 from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
-from app.domain.custom_llms.stored import stored_llm
 from app.domain.custom_llms.templates import AUTH_SCHEMES, BOB, BOB_DEFAULT_NAME, TEMPLATES
 from app.domain.secrets.services import ProjectSecretService
 from app.domain.web.pages import WebUser, csrf_guard, render
@@ -252,12 +250,7 @@ class CustomLlmTab(Controller):
     ) -> Template:
         """One real call to the endpoint; the answer is the result line alone."""
         tab_scope.require_credentials("test custom LLMs")
-        row = await custom_llms_service.require(project_id, name)
-        llm = stored_llm(row)
-        # End the read transaction: no pooled connection is held during the call.
-        await custom_llms_service.repository.session.commit()
-        target = await custom_llms.directory.open(llm)
-        result = await probe_custom_llm(custom_llms.http, target)
+        result = await custom_llms.test(custom_llms_service, project_id, name)
         if tab_scope.fragment:
             return render("console/partials/llm_test.html", web_user, result=result)
         tab = _tab(tab_scope, custom_llms_service, secrets_service)

@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-import msgspec
 from litestar import Controller, get, post
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.domain.accounts.credential_services import RuntimeTokenService, TokenRevocationService
 from app.domain.accounts.revocations import RevocationList
-from app.domain.accounts.services import UserService, normalize_email
 from app.domain.accounts.sync import ApiKeySync
 from app.domain.console.tab_support import (
     TAB_SCOPE,
@@ -28,7 +26,7 @@ from app.domain.projects import lifecycle
 from app.domain.projects.schemas import MemberAdd, ProjectUpdate
 from app.domain.projects.services import ProjectAccess, ProjectMemberService, ProjectService
 from app.domain.web.pages import WebUser, csrf_guard
-from app.lib.errors import AronaError, NotFoundError, PermissionDeniedError
+from app.lib.errors import AronaError
 
 KEY = "overview"
 MEMBERS_SHOWN = 200
@@ -94,11 +92,7 @@ class OverviewTab(Controller):
             data = parse(
                 ProjectUpdate, {"name": values["name"], **compact({"slug": values["slug"]})}
             )
-            project = await projects_service.rename(
-                tab_scope.access.project,
-                name=None if data.name is msgspec.UNSET else data.name,
-                slug=None if data.slug is msgspec.UNSET else data.slug,
-            )
+            project = await projects_service.rename(tab_scope.access.project, data)
         except AronaError as exc:
             return await tab.refuse("rename", exc, ("name", "slug"), values)
         tab_scope.project = ProjectView.of(ProjectAccess(project, tab_scope.access.role))
@@ -143,7 +137,6 @@ class OverviewTab(Controller):
         tab_scope: TabScope,
         project_id: UUID,
         members_service: ProjectMemberService,
-        users_service: UserService,
     ) -> Template:
         tab = _tab(tab_scope, members_service)
         tab_scope.require_project("manage members")
@@ -151,12 +144,7 @@ class OverviewTab(Controller):
         values = {"email": form.text("email"), "role": form.text("role") or "member"}
         try:
             data = parse(MemberAdd, values)
-            user = await users_service.get_by_email(normalize_email(data.email))
-            if user is None or user.disabled:
-                raise NotFoundError(
-                    "no active user has this email", code="user_not_found", param="email"
-                )
-            await members_service.add(project_id, user, data.role)
+            _, user = await members_service.add_by_email(project_id, data.email, data.role)
         except AronaError as exc:
             return await tab.refuse("member", exc, ("email", "role"), values)
         return await tab.show(f"{user.email} added as {data.role}.")
@@ -170,11 +158,7 @@ class OverviewTab(Controller):
         members_service: ProjectMemberService,
     ) -> Response[Any]:
         leaving = user_id == web_user.user.id
-        if not (leaving or tab_scope.project.can_manage_project):
-            raise PermissionDeniedError(
-                f"your role ({tab_scope.project.role}) may not manage members",
-                code="insufficient_role",
-            )
+        tab_scope.access.require_member_removal(web_user.user.id, user_id)
         await members_service.remove(tab_scope.access.project, user_id)
         if leaving and not tab_scope.web_user.is_admin:
             return _to_list(tab_scope)

@@ -7,11 +7,12 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Controller, Request, get, post
+from litestar.di import Provide
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from app.domain.projects.services import ProjectService
-from app.domain.web.pages import WebUser, csrf_guard, render
+from app.domain.projects.services import ProjectAccess, ProjectService
+from app.domain.web.pages import WebUser, csrf_guard, provide_page_principal, render
 from app.lib.errors import AronaError
 
 PAGE_SIZE = 100
@@ -72,17 +73,16 @@ class ProjectPages(Controller):
             form={"name": name, "slug": slug or ""},
         )
 
-    @get("/{project_id:uuid}")
+    @get("/{project_id:uuid}", dependencies={"principal": Provide(provide_page_principal)})
     async def project_page(
         self,
         project_id: UUID,
         web_user: WebUser,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         tab: str = "overview",
     ) -> Redirect:
         """The project's page is its tab's page (``tab_pages``): one address per tab,
         rendered whole on the server, so no tab has to load after the page."""
-        await projects_service.access(web_user.principal, project_id)
         if tab not in dict(TABS):
             tab = "overview"
         return Redirect(f"/projects/{project_id}/tabs/{tab}")

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.console.project_pages import TABS
 from app.domain.projects.services import ProjectAccess, ProjectService
-from app.domain.web.pages import WebUser, is_htmx, render, toast
+from app.domain.web.pages import WebUser, is_htmx, provide_page_principal, render, toast
 from app.lib.errors import AronaError, BadRequestError
 
 T = TypeVar("T")
@@ -301,11 +301,10 @@ class Tab:
 async def open_tab(
     request: Request[Any, Any, Any],
     web_user: WebUser,
+    access: ProjectAccess,
     projects_service: ProjectService,
-    project_id: UUID,
 ) -> TabScope:
     """The caller's view of a project (a project they cannot see is a 404)."""
-    access = await projects_service.access(web_user.principal, project_id)
     return TabScope(
         request=request,
         web_user=web_user,
@@ -316,7 +315,7 @@ async def open_tab(
 
 
 # A tab's handlers take ``tab_scope`` (``scope`` is Litestar's name for the ASGI scope).
-TAB_SCOPE = {"tab_scope": Provide(open_tab)}
+TAB_SCOPE = {"tab_scope": Provide(open_tab), "principal": Provide(provide_page_principal)}
 
 
 def template_helpers() -> dict[str, Any]:

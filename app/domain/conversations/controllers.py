@@ -15,7 +15,7 @@ from uuid import UUID
 from litestar import Controller, delete, get, patch, post
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import Conversation, ConversationMessage, FallbackPin
+from app.db.models import Conversation, FallbackPin
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
 from app.domain.conversations.deps import ConversationScope, project_scope, runtime_scope
@@ -32,7 +32,7 @@ from app.domain.conversations.schemas import (
 )
 from app.domain.conversations.selection import choose_profile
 from app.domain.conversations.services import ConversationService
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, by_attributes, page_of
 from app.domain.projects.deps import projects_principal
 from app.lib.errors import ERRORS_OPT
 from app.routing.profiles import ProfileTable
@@ -47,47 +47,16 @@ def conversation_out(conversation: Conversation, pin: FallbackPin | None) -> Con
         priority=conversation.priority,
         forked_from_id=conversation.forked_from_id,
         message_count=conversation.message_count,
-        fallback_pin=None
-        if pin is None
-        else PinSummary(
-            from_profile_id=pin.from_profile_id,
-            to_profile_id=pin.to_profile_id,
-            reason=pin.reason,
-            backend=pin.backend,
-            created_at=pin.created_at,
-        ),
+        fallback_pin=None if pin is None else pin_summary(pin),
         created_at=conversation.created_at,
         updated_at=conversation.updated_at,
     )
 
 
-def message_out(m: ConversationMessage) -> MessageOut:
-    return MessageOut(
-        id=m.id,
-        seq=m.seq,
-        role=m.role,
-        content=m.content,
-        name=m.name,
-        tool_calls=m.tool_calls,
-        tool_call_id=m.tool_call_id,
-        model_profile_id=m.model_profile_id,
-        backend=m.backend,
-        prompt_tokens=m.prompt_tokens,
-        completion_tokens=m.completion_tokens,
-        created_at=m.created_at,
-    )
-
-
-def pin_out(pin: FallbackPin) -> PinOut:
-    return PinOut(
-        conversation_id=pin.conversation_id,
-        project_id=pin.project_id,
-        from_profile_id=pin.from_profile_id,
-        to_profile_id=pin.to_profile_id,
-        reason=pin.reason,
-        backend=pin.backend,
-        created_at=pin.created_at,
-    )
+# Every field of these is the row's attribute of the same name.
+message_out = by_attributes(MessageOut)
+pin_out = by_attributes(PinOut)
+pin_summary = by_attributes(PinSummary)
 
 
 class ConversationRoutes(Controller):
@@ -129,8 +98,7 @@ class ConversationRoutes(Controller):
         rows, total = await conversations_service.page(
             conversation_scope.project_id, limit, offset, priority=priority
         )
-        items = [conversation_out(c, p) for c, p in rows]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, lambda row: conversation_out(*row))
 
     @get("/{conversation_id:uuid}")
     async def get_conversation(
@@ -154,7 +122,7 @@ class ConversationRoutes(Controller):
         rows, total = await conversations_service.message_page(
             conversation_scope.project_id, conversation_id, limit, offset
         )
-        return Page(items=[message_out(m) for m in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, message_out)
 
     @patch("/{conversation_id:uuid}")
     async def update_conversation(
@@ -241,7 +209,7 @@ class PinAdminController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[PinOut]:
         rows, total = await pins_service.page(limit, offset)
-        return Page(items=[pin_out(p) for p in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, pin_out)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def clear_pin(

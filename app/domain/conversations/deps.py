@@ -16,7 +16,7 @@ from litestar.di import Provide
 from app.domain.accounts.principals import Principal, RuntimePrincipal
 from app.domain.conversations.pins import FallbackPinService
 from app.domain.conversations.services import ConversationService
-from app.domain.projects.services import ProjectService
+from app.domain.projects.services import ProjectAccess
 from app.lib.errors import PermissionDeniedError
 
 # Who may write a project's conversations on the Projects API: owners and platform
@@ -49,11 +49,9 @@ async def provide_runtime_scope(principal: Principal) -> ConversationScope:
     return ConversationScope(project_id=principal.project_id, role="runtime")
 
 
-async def provide_project_scope(
-    project_id: UUID, principal: Principal, projects_service: ProjectService
-) -> ConversationScope:
-    """A project the caller cannot see is a 404 (``project_not_found``)."""
-    access = await projects_service.access(principal, project_id)
+async def provide_project_scope(access: ProjectAccess) -> ConversationScope:
+    """A project the caller cannot see is a 404 (``project_not_found``): see the
+    projects area's ``access``."""
     return ConversationScope(project_id=access.project.id, role=access.role)
 
 

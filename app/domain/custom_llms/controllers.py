@@ -16,9 +16,7 @@ from litestar import Controller, delete, get, patch, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import CustomLlm
-from app.domain.accounts.principals import Principal
 from app.domain.custom_llms.names import llm_id
-from app.domain.custom_llms.probe import probe_custom_llm
 from app.domain.custom_llms.schemas import (
     CustomLlmCreate,
     CustomLlmOut,
@@ -27,10 +25,9 @@ from app.domain.custom_llms.schemas import (
 )
 from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
-from app.domain.custom_llms.stored import stored_llm
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
 from app.domain.projects.deps import projects_principal
-from app.domain.projects.services import ProjectService
+from app.domain.projects.services import ProjectAccess
 from app.lib.errors import ERRORS_OPT
 from app.lib.vault import Vault
 
@@ -66,14 +63,12 @@ class CustomLlmController(Controller):
     async def create_custom_llm(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         data: CustomLlmCreate,
-        principal: Principal,
-        projects_service: ProjectService,
         custom_llms_service: CustomLlmService,
         custom_llms: CustomLlms,
         vault: Vault,
     ) -> CustomLlmOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "create custom LLMs")
         row = await custom_llms_service.create_llm(
             access.project, data, vault=vault, guard=custom_llms.guard
@@ -84,43 +79,35 @@ class CustomLlmController(Controller):
     async def list_custom_llms(
         self,
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         custom_llms_service: CustomLlmService,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,
     ) -> Page[CustomLlmOut]:
-        await projects_service.access(principal, project_id)
         rows, total = await custom_llms_service.page(project_id, limit, offset)
-        return Page(
-            items=[custom_llm_out(r) for r in rows], total=total, limit=limit, offset=offset
-        )
+        return page_of(rows, total, limit, offset, custom_llm_out)
 
     @get("/{name:str}")
     async def get_custom_llm(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         name: str,
-        principal: Principal,
-        projects_service: ProjectService,
         custom_llms_service: CustomLlmService,
     ) -> CustomLlmOut:
-        await projects_service.access(principal, project_id)
         return custom_llm_out(await custom_llms_service.require(project_id, name))
 
     @patch("/{name:str}")
     async def update_custom_llm(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         name: str,
         data: CustomLlmUpdate,
-        principal: Principal,
-        projects_service: ProjectService,
         custom_llms_service: CustomLlmService,
         custom_llms: CustomLlms,
         vault: Vault,
     ) -> CustomLlmOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "change custom LLMs")
         row = await custom_llms_service.update_llm(
             access.project, name, data, vault=vault, guard=custom_llms.guard
@@ -131,12 +118,10 @@ class CustomLlmController(Controller):
     async def delete_custom_llm(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         name: str,
-        principal: Principal,
-        projects_service: ProjectService,
         custom_llms_service: CustomLlmService,
     ) -> None:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "delete custom LLMs")
         await custom_llms_service.delete_llm(project_id, name)
 
@@ -144,17 +129,10 @@ class CustomLlmController(Controller):
     async def test_custom_llm(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         name: str,
-        principal: Principal,
-        projects_service: ProjectService,
         custom_llms_service: CustomLlmService,
         custom_llms: CustomLlms,
     ) -> CustomLlmTestOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "test custom LLMs")
-        row = await custom_llms_service.require(project_id, name)
-        llm = stored_llm(row)
-        # End the read transaction: no pooled connection is held during the call.
-        await custom_llms_service.repository.session.commit()
-        target = await custom_llms.directory.open(llm)
-        return await probe_custom_llm(custom_llms.http, target)
+        return await custom_llms.test(custom_llms_service, project_id, name)

@@ -22,7 +22,10 @@ from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 
 from app.db.outage import unavailable_on_outage
 from app.domain.custom_llms.directory import CustomLlmDirectory
-from app.domain.custom_llms.stored import load_project_llms, open_key
+from app.domain.custom_llms.probe import probe_custom_llm
+from app.domain.custom_llms.schemas import CustomLlmTestOut
+from app.domain.custom_llms.services import CustomLlmService
+from app.domain.custom_llms.stored import load_project_llms, open_key, stored_llm
 from app.domain.custom_llms.sync import CustomLlmSync
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.schemas import LlmOut
@@ -45,6 +48,17 @@ class CustomLlms:
     sync: CustomLlmSync
     http: GuardedUpstreamHttp
     guard: UrlGuard
+
+    async def test(
+        self, service: CustomLlmService, project_id: UUID, name: str
+    ) -> CustomLlmTestOut:
+        """One real call to the project's custom LLM ``name`` (the console and the
+        REST API both test through here)."""
+        llm = stored_llm(await service.require(project_id, name))
+        # End the read transaction: no pooled connection is held during the call.
+        await service.repository.session.commit()
+        target = await self.directory.open(llm)
+        return await probe_custom_llm(self.http, target)
 
     async def close(self) -> None:
         await self.http.aclose()

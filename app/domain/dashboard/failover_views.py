@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from uuid import UUID
 
 import msgspec
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
-from sqlalchemy import select
 
-from app.db.models import FallbackPin, Project
+from app.db.models import FallbackPin
 from app.domain.backends.failover import FailoverControl, ProfileFailoverOut, failover_out
 from app.domain.conversations.pins import FallbackPinService
+from app.domain.projects.services import ProjectService
 from app.lib.events.base import Event
 from app.routing.profiles import ProfileTable
 
@@ -106,11 +105,6 @@ async def pin_views(db_config: SQLAlchemyAsyncConfig) -> tuple[list[PinView], in
     """The newest pins of every project, with their project's name, and the total."""
     async with FallbackPinService.new(config=db_config) as service:
         pins, total = await service.page(PIN_PAGE, 0)
-        ids: set[UUID] = {pin.project_id for pin in pins}
-        names: dict[UUID, str] = {}
-        if ids:
-            rows = await service.repository.session.execute(
-                select(Project.id, Project.name).where(Project.id.in_(ids))
-            )
-            names = {row.id: row.name for row in rows}
+        projects = ProjectService(session=service.repository.session)
+        names = await projects.names_of({pin.project_id for pin in pins})
     return [PinView(pin, names.get(pin.project_id, "(deleted project)")) for pin in pins], total

@@ -13,9 +13,8 @@ import msgspec
 from litestar import Controller, Request, get, post
 from litestar.params import QueryParameter
 from litestar.response import Template
-from sqlalchemy import select
 
-from app.db.models import Project, ProjectQuota, User
+from app.db.models import Project, ProjectQuota
 from app.domain.dashboard.charts import bar_rows, columns
 from app.domain.dashboard.common import (
     admin_page,
@@ -70,11 +69,7 @@ async def _views(
 ) -> list[ProjectView]:
     session = projects_service.repository.session
     ids = [p.id for p in projects]
-    owners = {p.owner_id for p in projects}
-    emails: dict[UUID, str] = {}
-    if owners:
-        rows = await session.execute(select(User.id, User.email).where(User.id.in_(owners)))
-        emails = {row.id: row.email for row in rows}
+    emails = await projects_service.owner_emails(projects)
     quota_rows = (
         {q.project_id: q for q in await quotas_service.get_many(ProjectQuota.project_id.in_(ids))}
         if ids

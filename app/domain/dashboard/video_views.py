@@ -24,11 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from uuid import UUID
 
-from sqlalchemy import select
-
-from app.db.models import Project, VideoJob
+from app.db.models import VideoJob
 from app.domain.dashboard.feeds import Render
 from app.domain.dashboard.stream import Fragment, SentCache
+from app.domain.projects.services import ProjectService
 from app.domain.video.events import CHANNEL as VIDEO_CHANNEL
 from app.domain.video.facade import VideoJobs
 from app.domain.video.store import ACTIVE
@@ -79,10 +78,7 @@ async def video_jobs_view(jobs: VideoJobs, limit: int = RECENT_JOBS) -> VideoJob
     names: dict[UUID, str] = {}
     if ids:
         async with jobs.store.session() as session:
-            found = await session.execute(
-                select(Project.id, Project.name).where(Project.id.in_(ids))
-            )
-            names = {row.id: row.name for row in found}
+            names = await ProjectService(session=session).names_of(ids)
     views = [
         JobView(
             row,

@@ -25,12 +25,11 @@ from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import OverrideKey
-from app.domain.accounts.principals import Principal
 from app.domain.overrides.schemas import MAX_TARGET, OverrideCreate, OverrideOut
 from app.domain.overrides.services import OverrideService
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
 from app.domain.projects.deps import projects_principal
-from app.domain.projects.services import ProjectService
+from app.domain.projects.services import ProjectAccess
 from app.lib.errors import BadRequestError
 from app.lib.vault import Vault
 
@@ -66,14 +65,11 @@ class OverrideController(Controller):
     @post("/", status_code=HTTP_201_CREATED)
     async def create_override(
         self,
-        project_id: UUID,
+        access: ProjectAccess,
         data: OverrideCreate,
-        principal: Principal,
-        projects_service: ProjectService,
         overrides_service: OverrideService,
         vault: Vault,
     ) -> OverrideOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "create override keys")
         row = await overrides_service.create_override(access.project.id, data, vault)
         return override_out(row)
@@ -81,42 +77,33 @@ class OverrideController(Controller):
     @get("/")
     async def list_overrides(
         self,
-        project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         overrides_service: OverrideService,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,
         conversation_id: ConversationFilter = None,
     ) -> Page[OverrideOut]:
         wanted = _conversation_filter(conversation_id)
-        access = await projects_service.access(principal, project_id)
         rows, total = await overrides_service.page(
             access.project.id, limit, offset, conversation_id=wanted
         )
-        return Page(items=[override_out(r) for r in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, override_out)
 
     @get("/{override_id:uuid}")
     async def get_override(
         self,
-        project_id: UUID,
+        access: ProjectAccess,
         override_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
         overrides_service: OverrideService,
     ) -> OverrideOut:
-        access = await projects_service.access(principal, project_id)
         return override_out(await overrides_service.require(access.project.id, override_id))
 
     @delete("/{override_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def delete_override(
         self,
-        project_id: UUID,
+        access: ProjectAccess,
         override_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
         overrides_service: OverrideService,
     ) -> None:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "delete override keys")
         await overrides_service.delete_override(access.project.id, override_id)

@@ -22,7 +22,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from app.db.models import ModelProfile
 from app.domain.accounts.principals import Principal, RuntimePrincipal
 from app.domain.backends.deps import platform_admin
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.domain.profiles.schemas import (
     LlmCatalog,
@@ -34,7 +34,7 @@ from app.domain.profiles.schemas import (
 )
 from app.domain.profiles.services import ModelProfileService, ProjectModelsService, score_kind
 from app.domain.projects.deps import projects_principal
-from app.domain.projects.services import ProjectService
+from app.domain.projects.services import ProjectAccess
 from app.lib.errors import PermissionDeniedError
 
 
@@ -82,7 +82,7 @@ class ModelProfileAdminController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[ProfileOut]:
         rows, total = await model_profiles_service.page(limit, offset)
-        return Page(items=[profile_out(r) for r in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, profile_out)
 
     @get("/{profile_id:str}")
     async def get_profile(
@@ -132,12 +132,10 @@ class ProjectModelsController(Controller):
     async def get_models(
         self,
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         project_models_service: ProjectModelsService,
         profile_catalog: ProfileCatalog,
     ) -> ProjectModelsOut:
-        await projects_service.access(principal, project_id)
         settings = await project_models_service.for_project(project_id)
         return _models_out(settings, await profile_catalog.catalog(project_id))
 
@@ -145,13 +143,11 @@ class ProjectModelsController(Controller):
     async def put_models(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         data: ProjectModelsIn,
-        principal: Principal,
-        projects_service: ProjectService,
         project_models_service: ProjectModelsService,
         profile_catalog: ProfileCatalog,
     ) -> ProjectModelsOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "change the project's model settings")
         settings = await project_models_service.put(project_id, data)
         return _models_out(settings, await profile_catalog.catalog(project_id))

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from uuid import UUID
 
-import msgspec
 from litestar import Controller, delete, get, patch, post
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import Project, User
+from app.db.models import Project, ProjectMember, User
 from app.domain.accounts.credential_services import RuntimeTokenService, TokenRevocationService
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
-from app.domain.accounts.services import UserService, normalize_email
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
 from app.domain.projects import lifecycle
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
@@ -24,8 +22,7 @@ from app.domain.projects.schemas import (
     ProjectOut,
     ProjectUpdate,
 )
-from app.domain.projects.services import ProjectMemberService, ProjectService
-from app.lib.errors import NotFoundError, PermissionDeniedError
+from app.domain.projects.services import ProjectAccess, ProjectMemberService, ProjectService
 
 
 def project_out(project: Project, role: str) -> ProjectOut:
@@ -37,6 +34,16 @@ def project_out(project: Project, role: str) -> ProjectOut:
         role=role,
         created_at=project.created_at,
         updated_at=project.updated_at,
+    )
+
+
+def member_out(member: ProjectMember, user: User) -> MemberOut:
+    return MemberOut(
+        user_id=user.id,
+        email=user.email,
+        name=user.name,
+        role=member.role,
+        added_at=member.created_at,
     )
 
 
@@ -54,12 +61,7 @@ class ProjectController(Controller):
         offset: OffsetQuery = 0,
     ) -> Page[ProjectOut]:
         rows, total = await projects_service.visible_page(principal, limit, offset)
-        return Page(
-            items=[project_out(p, role) for p, role in rows],
-            total=total,
-            limit=limit,
-            offset=offset,
-        )
+        return page_of(rows, total, limit, offset, lambda row: project_out(*row))
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_project(
@@ -75,41 +77,30 @@ class ProjectController(Controller):
         return project_out(project, "owner")
 
     @get("/{project_id:uuid}")
-    async def get_project(
-        self, project_id: UUID, principal: Principal, projects_service: ProjectService
-    ) -> ProjectOut:
-        access = await projects_service.access(principal, project_id)
+    async def get_project(self, access: ProjectAccess) -> ProjectOut:
         return project_out(access.project, access.role)
 
     @patch("/{project_id:uuid}")
     async def update_project(
         self,
-        project_id: UUID,
+        access: ProjectAccess,
         data: ProjectUpdate,
-        principal: Principal,
         projects_service: ProjectService,
     ) -> ProjectOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "change this project")
-        project = await projects_service.rename(
-            access.project,
-            name=None if data.name is msgspec.UNSET else data.name,
-            slug=None if data.slug is msgspec.UNSET else data.slug,
-        )
+        project = await projects_service.rename(access.project, data)
         return project_out(project, access.role)
 
     @delete("/{project_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def delete_project(
         self,
-        project_id: UUID,
-        principal: Principal,
+        access: ProjectAccess,
         projects_service: ProjectService,
         runtime_tokens_service: RuntimeTokenService,
         token_revocations_service: TokenRevocationService,
         revocations: RevocationList,
         api_key_sync: ApiKeySync,
     ) -> None:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "delete this project")
         await lifecycle.delete_project(
             access.project.id,
@@ -124,66 +115,34 @@ class ProjectController(Controller):
     async def list_members(
         self,
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         members_service: ProjectMemberService,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,
     ) -> Page[MemberOut]:
-        await projects_service.access(principal, project_id)
         rows, total = await members_service.page(project_id, limit, offset)
-        items = [
-            MemberOut(
-                user_id=user.id,
-                email=user.email,
-                name=user.name,
-                role=m.role,
-                added_at=m.created_at,
-            )
-            for m, user in rows
-        ]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, lambda row: member_out(*row))
 
     @post("/{project_id:uuid}/members", status_code=HTTP_201_CREATED)
     async def add_member(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         data: MemberAdd,
-        principal: Principal,
-        projects_service: ProjectService,
         members_service: ProjectMemberService,
-        users_service: UserService,
     ) -> MemberOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "manage members")
-        user = await users_service.get_by_email(normalize_email(data.email))
-        if user is None or user.disabled:
-            raise NotFoundError(
-                "no active user has this email", code="user_not_found", param="email"
-            )
-        member = await members_service.add(project_id, user, data.role)
-        return MemberOut(
-            user_id=user.id,
-            email=user.email,
-            name=user.name,
-            role=member.role,
-            added_at=member.created_at,
-        )
+        member, user = await members_service.add_by_email(project_id, data.email, data.role)
+        return member_out(member, user)
 
     @delete("/{project_id:uuid}/members/{user_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def remove_member(
         self,
-        project_id: UUID,
+        access: ProjectAccess,
         user_id: UUID,
         principal: Principal,
-        projects_service: ProjectService,
         members_service: ProjectMemberService,
     ) -> None:
-        access = await projects_service.access(principal, project_id)
-        # A member may leave on their own; removing others needs management rights.
-        leaving_self = isinstance(principal, UserPrincipal) and principal.user_id == user_id
-        if not (leaving_self or access.can_manage_project):
-            raise PermissionDeniedError(
-                f"your role ({access.role}) may not manage members", code="insufficient_role"
-            )
+        caller = principal.user_id if isinstance(principal, UserPrincipal) else None
+        access.require_member_removal(caller, user_id)
         await members_service.remove(access.project, user_id)

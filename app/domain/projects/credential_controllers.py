@@ -11,7 +11,7 @@ from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenS
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, by_attributes, page_of
 from app.domain.projects import lifecycle
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
@@ -22,7 +22,7 @@ from app.domain.projects.schemas import (
     RuntimeTokenCreated,
     RuntimeTokenOut,
 )
-from app.domain.projects.services import ProjectService
+from app.domain.projects.services import ProjectAccess
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
 
@@ -40,13 +40,12 @@ class ApiKeyController(Controller):
     async def create_key(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         principal: Principal,
-        projects_service: ProjectService,
         api_keys_service: ApiKeyService,
         api_key_sync: ApiKeySync,
         data: ApiKeyCreate | None = None,
     ) -> ApiKeyCreated:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "create API keys")
         row, secret = await lifecycle.issue_api_key(
             project_id,
@@ -63,38 +62,24 @@ class ApiKeyController(Controller):
     async def list_keys(
         self,
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         api_keys_service: ApiKeyService,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,
     ) -> Page[ApiKeyOut]:
-        await projects_service.access(principal, project_id)
         rows, total = await api_keys_service.page(project_id, limit, offset)
-        items = [
-            ApiKeyOut(
-                id=r.id,
-                name=r.name,
-                prefix=r.prefix,
-                created_at=r.created_at,
-                last_used_at=r.last_used_at,
-                revoked_at=r.revoked_at,
-            )
-            for r in rows
-        ]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, by_attributes(ApiKeyOut))
 
     @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_key(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         key_id: UUID,
         principal: Principal,
-        projects_service: ProjectService,
         api_keys_service: ApiKeyService,
         api_key_sync: ApiKeySync,
     ) -> None:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "revoke API keys")
         await lifecycle.revoke_api_key(
             project_id, key_id, api_keys_service=api_keys_service, api_key_sync=api_key_sync
@@ -110,14 +95,13 @@ class RuntimeTokenController(Controller):
     async def create_token(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         principal: Principal,
-        projects_service: ProjectService,
         runtime_tokens_service: RuntimeTokenService,
         token_service: TokenService,
         settings: Settings,
         data: RuntimeTokenCreate | None = None,
     ) -> RuntimeTokenCreated:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "issue runtime tokens")
         ttl = (data.expires_in_seconds if data else None) or settings.runtime_token_ttl_seconds
         row, issued = await runtime_tokens_service.issue(
@@ -139,37 +123,23 @@ class RuntimeTokenController(Controller):
     async def list_tokens(
         self,
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         runtime_tokens_service: RuntimeTokenService,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,
     ) -> Page[RuntimeTokenOut]:
-        await projects_service.access(principal, project_id)
         rows, total = await runtime_tokens_service.page(project_id, limit, offset)
-        items = [
-            RuntimeTokenOut(
-                id=r.id,
-                name=r.name,
-                expires_at=r.expires_at,
-                created_at=r.created_at,
-                revoked_at=r.revoked_at,
-            )
-            for r in rows
-        ]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, by_attributes(RuntimeTokenOut))
 
     @delete("/{token_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_token(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         token_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
         runtime_tokens_service: RuntimeTokenService,
         revocations: RevocationList,
     ) -> None:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_credentials, "revoke runtime tokens")
         await lifecycle.revoke_runtime_token(
             project_id,

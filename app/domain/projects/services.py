@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 from uuid import UUID, uuid4
 
+import msgspec
 from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
@@ -22,6 +23,8 @@ from app.domain.accounts.principals import (
     RuntimePrincipal,
     UserPrincipal,
 )
+from app.domain.accounts.services import normalize_email
+from app.domain.projects.schemas import ProjectUpdate
 from app.lib.errors import (
     AuthenticationError,
     ConflictError,
@@ -77,6 +80,11 @@ class ProjectAccess:
                 f"your role ({self.role}) may not {action}", code="insufficient_role"
             )
 
+    def require_member_removal(self, caller_user_id: UUID | None, user_id: UUID) -> None:
+        """A member may leave on their own; removing others needs management rights."""
+        leaving_self = caller_user_id is not None and caller_user_id == user_id
+        self.require(leaving_self or self.can_manage_project, "manage members")
+
 
 def slugify(name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
@@ -106,7 +114,10 @@ class ProjectService(SQLAlchemyAsyncRepositoryService[Project]):
             raise ConflictError("this slug is taken", code="slug_taken", param="slug") from exc
         return project
 
-    async def rename(self, project: Project, *, name: str | None, slug: str | None) -> Project:
+    async def rename(self, project: Project, data: ProjectUpdate) -> Project:
+        """Applies a partial update (``UNSET`` keeps the field)."""
+        name = None if data.name is msgspec.UNSET else data.name
+        slug = None if data.slug is msgspec.UNSET else data.slug
         if slug is not None and slug != project.slug:
             if await self.exists(Project.slug == slug):
                 raise ConflictError("this slug is taken", code="slug_taken", param="slug")
@@ -117,6 +128,25 @@ class ProjectService(SQLAlchemyAsyncRepositoryService[Project]):
             return await self.update(project, auto_commit=True)
         except (DuplicateKeyError, IntegrityError) as exc:
             raise ConflictError("this slug is taken", code="slug_taken", param="slug") from exc
+
+    async def names_of(self, ids: Collection[UUID]) -> dict[UUID, str]:
+        """The names of these projects by id (a deleted one is missing)."""
+        if not ids:
+            return {}
+        rows = await self.repository.session.execute(
+            select(Project.id, Project.name).where(Project.id.in_(ids))
+        )
+        return {row.id: row.name for row in rows}
+
+    async def owner_emails(self, projects: Iterable[Project]) -> dict[UUID, str]:
+        """The email of each project's owner, by user id."""
+        owners = {p.owner_id for p in projects}
+        if not owners:
+            return {}
+        rows = await self.repository.session.execute(
+            select(User.id, User.email).where(User.id.in_(owners))
+        )
+        return {row.id: row.email for row in rows}
 
     async def visible_page(
         self, principal: Principal, limit: int, offset: int
@@ -235,6 +265,19 @@ class ProjectMemberService(SQLAlchemyAsyncRepositoryService[ProjectMember]):
             .offset(offset)
         )
         return [(member, user) for member, user in rows], int(total or 0)
+
+    async def add_by_email(
+        self, project_id: UUID, email: str, role: str
+    ) -> tuple[ProjectMember, User]:
+        """Adds the active user who has this email (a 404 ``user_not_found`` if none)."""
+        user = await self.repository.session.scalar(
+            select(User).where(User.email == normalize_email(email))
+        )
+        if user is None or user.disabled:
+            raise NotFoundError(
+                "no active user has this email", code="user_not_found", param="email"
+            )
+        return await self.add(project_id, user, role), user
 
     async def add(self, project_id: UUID, user: User, role: str) -> ProjectMember:
         if await self.exists(

@@ -22,7 +22,7 @@ from app.db.models import Project, ProjectQuota
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
 from app.domain.projects.deps import projects_principal
-from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
+from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectAccess, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage
 from app.domain.quotas.limits import QuotaLimits
 from app.domain.quotas.schemas import (
@@ -99,12 +99,10 @@ class ProjectQuotaController(Controller):
     async def get_quota(
         self,
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         project_quotas_service: ProjectQuotaService,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
-        await projects_service.access(principal, project_id)
         row = await project_quotas_service.of_project(project_id)
         return await quota_out(project_id, row, quota_gate)
 
@@ -112,13 +110,11 @@ class ProjectQuotaController(Controller):
     async def set_owner_quota(
         self,
         project_id: UUID,
+        access: ProjectAccess,
         data: OwnerQuotaIn,
-        principal: Principal,
-        projects_service: ProjectService,
         project_quotas_service: ProjectQuotaService,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
-        access = await projects_service.access(principal, project_id)
         access.require(access.can_manage_project, "change the project's quota")
         row = await project_quotas_service.set_owner_limits(
             project_id, WindowValues(data.per_minute, data.per_day, data.per_month)

@@ -15,10 +15,9 @@ from litestar import Controller, delete, get, patch, post, put
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import ProjectSecret
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
 from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectAccess
-from app.domain.secrets.deps import secret_access
 from app.domain.secrets.schemas import (
     SecretCreate,
     SecretOut,
@@ -54,19 +53,19 @@ def _require_write(access: ProjectAccess, action: str) -> None:
 class ProjectSecretController(Controller):
     path = "/api/projects/{project_id:uuid}/secrets"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal, "secret_access": secret_access}
+    dependencies = {"principal": projects_principal}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_secret(
         self,
         data: SecretCreate,
-        secret_access: ProjectAccess,
+        access: ProjectAccess,
         secrets_service: ProjectSecretService,
         vault: Vault,
     ) -> SecretOut:
-        _require_write(secret_access, "create secrets")
+        _require_write(access, "create secrets")
         row = await secrets_service.create_secret(
-            secret_access.project.id,
+            access.project.id,
             name=data.name,
             value=data.value,
             description=data.description,
@@ -77,25 +76,24 @@ class ProjectSecretController(Controller):
     @get("/")
     async def list_secrets(
         self,
-        secret_access: ProjectAccess,
+        access: ProjectAccess,
         secrets_service: ProjectSecretService,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,
     ) -> Page[SecretOut]:
-        project_id = secret_access.project.id
+        project_id = access.project.id
         rows, total = await secrets_service.page(project_id, limit, offset)
         users = await secrets_service.users_of(project_id, [r.id for r in rows])
-        items = [secret_out(r, users.get(r.id, [])) for r in rows]
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, lambda r: secret_out(r, users.get(r.id, [])))
 
     @get("/{secret_id:uuid}")
     async def get_secret(
         self,
         secret_id: UUID,
-        secret_access: ProjectAccess,
+        access: ProjectAccess,
         secrets_service: ProjectSecretService,
     ) -> SecretOut:
-        row = await secrets_service.require(secret_access.project.id, secret_id)
+        row = await secrets_service.require(access.project.id, secret_id)
         return await _out(secrets_service, row)
 
     @put("/{secret_id:uuid}/value")
@@ -103,12 +101,12 @@ class ProjectSecretController(Controller):
         self,
         secret_id: UUID,
         data: SecretValueIn,
-        secret_access: ProjectAccess,
+        access: ProjectAccess,
         secrets_service: ProjectSecretService,
         vault: Vault,
     ) -> SecretOut:
-        _require_write(secret_access, "change secrets")
-        project_id = secret_access.project.id
+        _require_write(access, "change secrets")
+        project_id = access.project.id
         row = await secrets_service.replace_value(project_id, secret_id, data.value, vault)
         return await _out(secrets_service, row)
 
@@ -117,23 +115,21 @@ class ProjectSecretController(Controller):
         self,
         secret_id: UUID,
         data: SecretUpdate,
-        secret_access: ProjectAccess,
+        access: ProjectAccess,
         secrets_service: ProjectSecretService,
     ) -> SecretOut:
-        _require_write(secret_access, "change secrets")
+        _require_write(access, "change secrets")
         description = None if data.description is msgspec.UNSET else data.description
-        row = await secrets_service.update_description(
-            secret_access.project.id, secret_id, description
-        )
+        row = await secrets_service.update_description(access.project.id, secret_id, description)
         return await _out(secrets_service, row)
 
     @delete("/{secret_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def delete_secret(
         self,
         secret_id: UUID,
-        secret_access: ProjectAccess,
+        access: ProjectAccess,
         secrets_service: ProjectSecretService,
     ) -> None:
-        _require_write(secret_access, "delete secrets")
-        project_id = secret_access.project.id
+        _require_write(access, "delete secrets")
+        project_id = access.project.id
         await secrets_service.delete_secret(project_id, secret_id)

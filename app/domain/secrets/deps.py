@@ -1,32 +1,21 @@
 """Dependency providers of the secrets area (resolved by name by Litestar).
 
-Every route takes a ``secret_access``: the caller's ``ProjectAccess`` to the
-``projectId`` of the path (a project it cannot see is a 404 ``project_not_found``).
-Members read; owners, platform admins and the project's API keys write, as for the
-project's other credentials (``ProjectAccess.can_manage_credentials``).
+Every route takes the projects area's ``access`` (the caller's ``ProjectAccess`` to the
+``projectId`` of the path). Members read; owners, platform admins and the project's API
+keys write, as for the project's other credentials
+(``ProjectAccess.can_manage_credentials``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 from litestar.di import Provide
 
-from app.domain.accounts.principals import Principal
-from app.domain.projects.services import ProjectAccess, ProjectService
 from app.domain.secrets.services import ProjectSecretService, SecretChanges, SecretListener
 from app.domain.service_provider import service_provider
 from app.lib.events.base import EventBus
-
-
-async def provide_secret_access(
-    project_id: UUID, principal: Principal, projects_service: ProjectService
-) -> ProjectAccess:
-    return await projects_service.access(principal, project_id)
-
-
-secret_access = Provide(provide_secret_access)
 
 
 def secrets_dependencies() -> dict[str, Provide]:

@@ -14,10 +14,9 @@ from uuid import UUID
 from litestar import Controller, Request, get
 
 from app.db.models import UsageRecord
-from app.domain.accounts.principals import Principal
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
 from app.domain.projects.deps import projects_principal
-from app.domain.projects.services import ProjectService
+from app.domain.projects.services import ProjectAccess
 from app.domain.usage.schemas import (
     UsageGroupOut,
     UsageRecordOut,
@@ -88,27 +87,23 @@ class ProjectUsageController(Controller):
         self,
         request: Request[Any, Any, Any],
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         usage_records_service: UsageRecordService,
         limit: LimitQuery = DEFAULT_LIMIT,
         offset: OffsetQuery = 0,
     ) -> Page[UsageRecordOut]:
-        await projects_service.access(principal, project_id)
         filters = UsageFilters.parse(_query(request), allowed=PAGE_PARAMS)
         rows, total = await usage_records_service.page(project_id, filters, limit, offset)
-        return Page(items=[record_out(r) for r in rows], total=total, limit=limit, offset=offset)
+        return page_of(rows, total, limit, offset, record_out)
 
     @get("/usage/summary")
     async def usage_summary(
         self,
         request: Request[Any, Any, Any],
         project_id: UUID,
-        principal: Principal,
-        projects_service: ProjectService,
+        access: ProjectAccess,
         usage_records_service: UsageRecordService,
     ) -> UsageSummaryOut:
-        await projects_service.access(principal, project_id)
         query = _query(request)
         group_by = parse_group_by(query.get("groupBy"))
         filters = UsageFilters.parse(query, allowed=SUMMARY_PARAMS)

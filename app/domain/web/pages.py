@@ -85,6 +85,12 @@ async def provide_web_user(web_session: WebSession | None, users_service: UserSe
     return WebUser(user=user, session=web_session)
 
 
+async def provide_page_principal(web_user: WebUser) -> UserPrincipal:
+    """The caller of a page is the session's user: set as ``principal`` on pages that
+    take the projects area's ``access``, so they share the REST API's one check."""
+    return web_user.principal
+
+
 async def provide_web_admin(web_user: WebUser) -> WebUser:
     if not web_user.is_admin:
         raise PermissionDeniedError("platform admins only", code="admin_required")
