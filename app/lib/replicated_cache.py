@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -210,7 +211,7 @@ UNPUBLISHED: Changes = _Unpublished()
 """The ``Changes`` of a service made outside a request (start-up seeding, reads)."""
 
 
-class CacheSync:
+class CacheSync(ABC):
     """Keeps one kind of cached data equal on every replica over ``channel``.
 
     Subclasses say what a change forgets locally (``forget``) and what a
@@ -266,13 +267,13 @@ class CacheSync:
         subscribed and reloaded."""
         await follow(self._bus, self.channel, reload=self.reload, apply=self.apply, ready=ready)
 
-    # ------------------------------------------------------------ to implement
+    # ------------------------------------------------- each area's cache says how
 
+    @abstractmethod
     async def forget(self, key: UUID) -> None:
         """Drop what is cached about ``key`` on this replica."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def reload(self) -> None:
         """Events may have been lost (after (re)subscribing, a periodic safety net,
         the server's resync after an outage): have everything re-read."""
-        raise NotImplementedError
