@@ -28,11 +28,10 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from app.lib.ports import free_port
 from app.lib.settings import Settings
-from app.server.resources import Resources
 from tests.support.api import eventually
 from tests.support.auth import fresh_database
 from tests.support.helpers import bearer, new_project, new_user
-from tests.support.live_server import live_server
+from tests.support.live_server import LiveApp, live_server
 from tests.support.settings import AppFactory, with_settings
 
 ADMIN_TOKEN = "agents-admin-" + "a" * 32
@@ -62,16 +61,7 @@ async def agents_settings(tmp_path_factory: pytest.TempPathFactory) -> AsyncIter
 
 
 @dataclass
-class Panel:
-    url: str
-    app: Litestar
-    http: httpx.AsyncClient
-
-    @property
-    def resources(self) -> Resources:
-        resources: Resources = self.app.state.resources
-        return resources
-
+class Panel(LiveApp):
     @property
     def ws_url(self) -> str:
         return self.url.replace("http://", "ws://", 1) + "/ws/agent"

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import cast
 
+import httpx
 from litestar import Litestar
 
 from app.fakes.asgi_io import ASGIApp
 from app.fakes.serve import serve_asgi
+from app.server.resources import Resources
 
 
 @contextlib.asynccontextmanager
@@ -24,3 +27,17 @@ async def live_server(app: Litestar, port: int = 0) -> AsyncIterator[str]:
     # Litestar types its scopes and events more narrowly than the plain ASGI callable.
     async with serve_asgi(cast("ASGIApp", app), port=port, lifespan=True) as url:
         yield url
+
+
+@dataclass
+class LiveApp:
+    """An app served on a loopback port, with a client for it."""
+
+    url: str
+    app: Litestar
+    http: httpx.AsyncClient
+
+    @property
+    def resources(self) -> Resources:
+        resources: Resources = self.app.state.resources
+        return resources

@@ -23,8 +23,7 @@ from litestar import Litestar
 from websockets.asyncio.client import ClientConnection, connect
 
 from app.lib.settings import Settings
-from app.server.resources import Resources
-from tests.support.live_server import live_server
+from tests.support.live_server import LiveApp, live_server
 from tests.support.routing import ADMIN
 from tests.support.settings import AppFactory
 from tests.support.video import (
@@ -46,16 +45,7 @@ __all__ = ["minimax", "video_pg_settings"]
 
 
 @dataclass
-class Replica:
-    url: str
-    app: Litestar
-    http: httpx.AsyncClient
-
-    @property
-    def resources(self) -> Resources:
-        resources: Resources = self.app.state.resources
-        return resources
-
+class Replica(LiveApp):
     @property
     def ws_url(self) -> str:
         return self.url.replace("http://", "ws://", 1) + "/api/rpc/ws"
