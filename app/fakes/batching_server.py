@@ -125,19 +125,15 @@ class BatchingEngineServer:
             await send_json(send, 400, {"error": {"message": "invalid JSON"}})
             return
         output = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
-        tokens: asyncio.Queue[tuple[int, bool]] = asyncio.Queue()
-
-        def sink(_: EngineRequest, produced: int, done: bool) -> None:
-            tokens.put_nowait((produced, done))
-
-        request = self.engine.submit(prompt_tokens_of(body), int(output), self.clock(), sink)
-        self._wake.set()
         gone = asyncio.ensure_future(receive())  # completes when the client leaves
+        steps = _Steps(gone)
+        request = self.engine.submit(prompt_tokens_of(body), int(output), self.clock(), steps.sink)
+        self._wake.set()
         try:
             if body.get("stream") is True:
-                await self._stream(request, tokens, gone, send)
+                await self._stream(request, steps, send)
             else:
-                await self._whole(request, tokens, gone, send)
+                await self._whole(request, steps, send)
         except OSError:
             pass
         finally:
@@ -145,28 +141,9 @@ class BatchingEngineServer:
             if request.finished is None:
                 self.engine.abort(request, self.clock())
 
-    async def _next(
-        self, tokens: asyncio.Queue[tuple[int, bool]], gone: asyncio.Future[Any]
-    ) -> tuple[int, bool] | None:
-        """The next step's tokens, or None once the client is gone."""
-        if not tokens.empty():
-            return tokens.get_nowait()
-        getter = asyncio.ensure_future(tokens.get())
-        await asyncio.wait((getter, gone), return_when=asyncio.FIRST_COMPLETED)
-        if getter.done():
-            return getter.result()
-        getter.cancel()
-        return None
-
-    async def _whole(
-        self,
-        request: EngineRequest,
-        tokens: asyncio.Queue[tuple[int, bool]],
-        gone: asyncio.Future[Any],
-        send: Send,
-    ) -> None:
+    async def _whole(self, request: EngineRequest, steps: _Steps, send: Send) -> None:
         while True:
-            step = await self._next(tokens, gone)
+            step = await steps.next()
             if step is None:
                 return
             if step[1]:
@@ -186,19 +163,13 @@ class BatchingEngineServer:
         }
         await send_json(send, 200, answer)
 
-    async def _stream(
-        self,
-        request: EngineRequest,
-        tokens: asyncio.Queue[tuple[int, bool]],
-        gone: asyncio.Future[Any],
-        send: Send,
-    ) -> None:
+    async def _stream(self, request: EngineRequest, steps: _Steps, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE})
         pending = 0
         sent_first = False
         chunk_id = f"chatcmpl-{self.engine.name}-{request.id}"
         while True:
-            step = await self._next(tokens, gone)
+            step = await steps.next()
             if step is None:
                 return
             produced, done = step
@@ -230,6 +201,30 @@ class BatchingEngineServer:
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
         await _send(send, b"data: " + msgspec.json.encode(chunk) + b"\n\n")
+
+
+class _Steps:
+    """One request's steps as the engine runs them: (tokens produced, finished)."""
+
+    __slots__ = ("_gone", "_tokens")
+
+    def __init__(self, gone: asyncio.Future[Any]) -> None:
+        self._tokens: asyncio.Queue[tuple[int, bool]] = asyncio.Queue()
+        self._gone = gone
+
+    def sink(self, _: EngineRequest, produced: int, done: bool) -> None:
+        self._tokens.put_nowait((produced, done))
+
+    async def next(self) -> tuple[int, bool] | None:
+        """The next step's tokens, or None once the client is gone."""
+        if not self._tokens.empty():
+            return self._tokens.get_nowait()
+        getter = asyncio.ensure_future(self._tokens.get())
+        await asyncio.wait((getter, self._gone), return_when=asyncio.FIRST_COMPLETED)
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+        return None
 
 
 async def _send(send: Send, data: bytes) -> None:

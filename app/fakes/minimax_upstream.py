@@ -269,12 +269,9 @@ class FakeMinimax:
     async def _query(self, call: _Call) -> None:
         send = call.send
         self.stats.polls += 1
-        if self.control.poll_error is not None:
-            await self._fault_answer(send, Fault("error", self.control.poll_error))
-            return
-        task = self.tasks.get(call.query.get("task_id", ""))
+        task_id = call.query.get("task_id", "")
+        task = await self._lookup(send, self.control.poll_error, self.tasks, task_id, "task")
         if task is None:
-            await send_json(send, 200, _resp({}, 2013, "invalid params, task not found"))
             return
         task.polls += 1
         if task.script.poll is not None and task.script.poll.fires():
@@ -291,12 +288,9 @@ class FakeMinimax:
     async def _retrieve(self, call: _Call) -> None:
         send = call.send
         self.stats.retrieves += 1
-        if self.control.retrieve_error is not None:
-            await self._fault_answer(send, Fault("error", self.control.retrieve_error))
-            return
-        task = self._files.get(call.query.get("file_id", ""))
+        file_id = call.query.get("file_id", "")
+        task = await self._lookup(send, self.control.retrieve_error, self._files, file_id, "file")
         if task is None:
-            await send_json(send, 200, _resp({}, 2013, "invalid params, file not found"))
             return
         if task.script.retrieve is not None and task.script.retrieve.fires():
             await self._fault_answer(send, task.script.retrieve)
@@ -310,6 +304,19 @@ class FakeMinimax:
             "download_url": f"http://{call.host}/files/{task.file_id}.mp4",
         }
         await send_json(send, 200, _resp({"file": file}))
+
+    async def _lookup(
+        self, send: Send, error: int | None, table: dict[str, FakeTask], key: str, what: str
+    ) -> FakeTask | None:
+        """The task ``key`` names, or None once answered with the switched-on ``error``
+        or with MiniMax's "not found" (code 2013 under a 200, as the real API does)."""
+        if error is not None:
+            await self._fault_answer(send, Fault("error", error))
+            return None
+        task = table.get(key)
+        if task is None:
+            await send_json(send, 200, _resp({}, 2013, f"invalid params, {what} not found"))
+        return task
 
     async def _download(self, file_id: str, send: Send) -> None:
         if file_id not in self._files:

@@ -47,9 +47,16 @@ class FakeOllama(FakeUpstream):
     def error_body(self, status: int, message: str) -> bytes:
         return msgspec.json.encode({"error": message})
 
-    def _known(self, model: Any) -> bool:
+    async def _pulled(self, request: FakeRequest) -> tuple[dict[str, Any], str] | None:
+        """The body and its model when the model is pulled; else None, refused as Ollama
+        refuses it (404)."""
+        body: dict[str, Any] = request.body if isinstance(request.body, dict) else {}
+        model = body.get("model")
         models = self.control.models
-        return isinstance(model, str) and (model in models or f"{model}:latest" in models)
+        if isinstance(model, str) and (model in models or f"{model}:latest" in models):
+            return body, model
+        await self.send_error(request, 404, f'model "{model}" not found, try pulling it first')
+        return None
 
     async def _tags(self, request: FakeRequest) -> None:
         self.stats.listings += 1
@@ -72,11 +79,9 @@ class FakeOllama(FakeUpstream):
         await send_json(request.send, 200, {"models": entries})
 
     async def _chat(self, request: FakeRequest) -> None:
-        body: dict[str, Any] = request.body if isinstance(request.body, dict) else {}
-        model = body.get("model")
-        if not self._known(model):
-            await self.send_error(request, 404, f'model "{model}" not found, try pulling it first')
+        if (pulled := await self._pulled(request)) is None:
             return
+        body, model = pulled
         messages = body.get("messages")
         if not isinstance(messages, list):
             await self.send_error(request, 400, "messages must be an array")
@@ -113,7 +118,7 @@ class FakeOllama(FakeUpstream):
             )
         if body.get("stream", True) is not False:
             self.stats.streams += 1
-            lines = _lines(str(model), pieces, tool_calls, final)
+            lines = _lines(model, pieces, tool_calls, final)
             await self.stream(request, lines, NDJSON_CONTENT_TYPE)
             return
         self.stats.chats += 1
@@ -123,11 +128,9 @@ class FakeOllama(FakeUpstream):
         await send_json(request.send, 200, {**final, "message": message})
 
     async def _embed(self, request: FakeRequest) -> None:
-        body: dict[str, Any] = request.body if isinstance(request.body, dict) else {}
-        model = body.get("model")
-        if not self._known(model):
-            await self.send_error(request, 404, f'model "{model}" not found, try pulling it first')
+        if (pulled := await self._pulled(request)) is None:
             return
+        body, model = pulled
         inputs = embedding_inputs(body.get("input"))
         if not inputs:
             await self.send_error(request, 400, "input must be a string or an array")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import base64
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +28,9 @@ class SettingsError(ValueError):
 MAX_PORT = 65535
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 _VAULT_KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+_Parse = Callable[[str, str], object]
+"""Turns a variable's raw value (its name for the error message) into a setting."""
 
 
 def valid_key_id(kid: str) -> bool:
@@ -159,21 +163,6 @@ class Settings:
             )
 
 
-_UPSTREAM_BYTE_LIMITS = (
-    ("ARONA_UPSTREAM_MAX_BODY_BYTES", "upstream_max_body_bytes", 64 * 1024),
-    ("ARONA_UPSTREAM_MAX_EVENT_BYTES", "upstream_max_event_bytes", 4 * 1024),
-    ("ARONA_UPSTREAM_MAX_LISTING_BYTES", "upstream_max_listing_bytes", 4 * 1024),
-    ("ARONA_UPSTREAM_MAX_ERROR_BYTES", "upstream_max_error_bytes", 256),
-)
-"""(variable, field, smallest accepted value) of the upstream read bounds."""
-
-_METRICS_INTERVALS = (
-    ("ARONA_VLLM_METRICS_BUSY_SECONDS", "vllm_metrics_busy_seconds"),
-    ("ARONA_VLLM_METRICS_FRESH_SECONDS", "vllm_metrics_fresh_seconds"),
-    ("ARONA_VLLM_METRICS_EXPIRE_SECONDS", "vllm_metrics_expire_seconds"),
-)
-
-
 def _parse_bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in {"1", "true", "yes", "on"}:
@@ -236,6 +225,113 @@ def parse_vault_keys(raw: str) -> tuple[VaultKey, ...]:
     return tuple(keys)
 
 
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def _stripped(name: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _path(name: str, raw: str) -> Path:
+    return Path(raw)
+
+
+def _comma_list(name: str, raw: str) -> tuple[str, ...]:
+    return tuple(o.strip() for o in raw.split(",") if o.strip())
+
+
+def _vault_keys(name: str, raw: str) -> tuple[VaultKey, ...]:
+    return parse_vault_keys(raw)
+
+
+def _int(minimum: int, maximum: int | None = None) -> _Parse:
+    return partial(_parse_int, minimum=minimum, maximum=maximum)
+
+
+def _either(first: str, second: str) -> _Parse:
+    def parse(name: str, raw: str) -> str:
+        if raw not in (first, second):
+            raise SettingsError(f"{name} must be {first} or {second}, got {raw!r}")
+        return raw
+
+    return parse
+
+
+def _log_level(name: str, raw: str) -> str:
+    if raw.upper() not in LOG_LEVELS:
+        raise SettingsError(f"{name} must be one of {', '.join(LOG_LEVELS)}, got {raw!r}")
+    return raw.upper()
+
+
+_ENV: tuple[tuple[str, str, _Parse], ...] = (
+    ("ARONA_DATABASE_URL", "database_url", _text),
+    ("ARONA_REDIS_URL", "redis_url", _text),
+    ("ARONA_REDIS_PREFIX", "redis_prefix", _text),
+    ("ARONA_JWT_SECRET", "jwt_secret", _text),
+    ("ARONA_VAULT_KEYS", "vault_keys", _vault_keys),
+    ("ARONA_ADMIN_TOKEN", "admin_token", _text),
+    ("ARONA_HOST", "host", _text),
+    ("ARONA_PORT", "port", _int(0, MAX_PORT)),
+    ("ARONA_MAX_BODY_BYTES", "max_body_bytes", _int(1024)),
+    ("ARONA_CORS_ORIGINS", "cors_origins", _comma_list),
+    ("ARONA_LOG_FORMAT", "log_format", _either("json", "console")),
+    ("ARONA_LOG_LEVEL", "log_level", _log_level),
+    ("ARONA_REGISTRATION_OPEN", "registration_open", _parse_bool),
+    ("ARONA_DATA_DIR", "data_dir", _path),
+    ("ARONA_ACCESS_TOKEN_TTL", "access_token_ttl_seconds", _int(30)),
+    ("ARONA_REFRESH_TOKEN_TTL", "refresh_token_ttl_seconds", _int(60)),
+    ("ARONA_RUNTIME_TOKEN_TTL", "runtime_token_ttl_seconds", _int(60)),
+    ("ARONA_LOGIN_MAX_ATTEMPTS", "login_max_attempts", _int(1)),
+    ("ARONA_LOGIN_WINDOW", "login_window_seconds", _int(1)),
+    ("ARONA_DB_POOL_SIZE", "db_pool_size", _int(1)),
+    ("ARONA_DB_CONNECT_TIMEOUT_SECONDS", "db_connect_timeout_seconds", _parse_positive_float),
+    ("ARONA_DB_POOL_TIMEOUT_SECONDS", "db_pool_timeout_seconds", _parse_positive_float),
+    ("ARONA_HEALTH_INTERVAL_SECONDS", "health_interval_seconds", _parse_positive_float),
+    ("ARONA_USAGE_FLUSH_SECONDS", "usage_flush_seconds", _parse_positive_float),
+    ("ARONA_USAGE_WAL", "usage_wal", _parse_bool),
+    ("ARONA_USAGE_WAL_MAX_ENTRIES", "usage_wal_max_entries", _int(1000)),
+    ("ARONA_BREAKER_FAILURE_THRESHOLD", "breaker_failure_threshold", _int(1)),
+    ("ARONA_BREAKER_OPEN_SECONDS", "breaker_open_seconds", _parse_positive_float),
+    ("ARONA_BACKEND_COOLDOWN_SECONDS", "backend_cooldown_seconds", _parse_positive_float),
+    (
+        "ARONA_UPSTREAM_CONNECT_TIMEOUT_SECONDS",
+        "upstream_connect_timeout_seconds",
+        _parse_positive_float,
+    ),
+    ("ARONA_UPSTREAM_READ_TIMEOUT_SECONDS", "upstream_read_timeout_seconds", _parse_positive_float),
+    (
+        "ARONA_UPSTREAM_STREAM_IDLE_TIMEOUT_SECONDS",
+        "upstream_stream_idle_timeout_seconds",
+        _parse_positive_float,
+    ),
+    ("ARONA_UPSTREAM_TIMEOUT_SECONDS", "upstream_timeout_seconds", _parse_positive_float),
+    ("ARONA_UPSTREAM_MAX_BODY_BYTES", "upstream_max_body_bytes", _int(64 * 1024)),
+    ("ARONA_UPSTREAM_MAX_EVENT_BYTES", "upstream_max_event_bytes", _int(4 * 1024)),
+    ("ARONA_UPSTREAM_MAX_LISTING_BYTES", "upstream_max_listing_bytes", _int(4 * 1024)),
+    ("ARONA_UPSTREAM_MAX_ERROR_BYTES", "upstream_max_error_bytes", _int(256)),
+    ("ARONA_ROUTING_SCORE", "routing_score", _either("seed", "capacity")),
+    ("ARONA_VLLM_METRICS_BUSY_SECONDS", "vllm_metrics_busy_seconds", _parse_positive_float),
+    ("ARONA_VLLM_METRICS_FRESH_SECONDS", "vllm_metrics_fresh_seconds", _parse_positive_float),
+    ("ARONA_VLLM_METRICS_EXPIRE_SECONDS", "vllm_metrics_expire_seconds", _parse_positive_float),
+    ("ARONA_VLLM_BACKENDS_FILE", "vllm_backends_file", _path),
+    ("ARONA_FAILOVER_WINDOW_SECONDS", "failover_window_seconds", _parse_positive_float),
+    ("ARONA_SESSION_IDLE_SECONDS", "session_idle_seconds", _int(60)),
+    ("ARONA_FAILOVER_MIN_SAMPLES", "failover_min_samples", _int(1)),
+    ("ARONA_FAILOVER_SLOW_THRESHOLD_MS", "failover_slow_threshold_ms", _parse_positive_float),
+    ("ARONA_CUSTOM_LLM_ALLOW_PRIVATE", "custom_llm_allow_private", _parse_bool),
+    ("ARONA_EVERNIGHT_URL", "evernight_url", _text),
+    ("ARONA_EVERNIGHT_KEEPALIVE_SECONDS", "evernight_keepalive_seconds", _parse_positive_float),
+    ("ARONA_AGENT_OFFLINE_SECONDS", "agent_offline_seconds", _parse_positive_float),
+    ("ARONA_FORWARDED_ALLOW_IPS", "forwarded_allow_ips", _stripped),
+    ("ARONA_VIDEO_TIMEOUT_SECONDS", "video_timeout_seconds", _parse_positive_float),
+    ("ARONA_VIDEO_POLL_SECONDS", "video_poll_seconds", _parse_positive_float),
+    ("ARONA_VIDEO_LEASE_SECONDS", "video_lease_seconds", _parse_positive_float),
+)
+"""(variable, field, parser) of every setting read from the environment, in the order
+they are checked (the first malformed one is the error reported)."""
+
+
 def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Build settings from the environment (or ``env``), then apply explicit overrides."""
     source = os.environ if env is None else env
@@ -245,137 +341,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         return value if value not in (None, "") else None
 
     values: dict[str, object] = {}
-    if (v := get("ARONA_DATABASE_URL")) is not None:
-        values["database_url"] = v
-    if (v := get("ARONA_REDIS_URL")) is not None:
-        values["redis_url"] = v
-    if (v := get("ARONA_REDIS_PREFIX")) is not None:
-        values["redis_prefix"] = v
-    if (v := get("ARONA_JWT_SECRET")) is not None:
-        values["jwt_secret"] = v
-    if (v := get("ARONA_VAULT_KEYS")) is not None:
-        values["vault_keys"] = parse_vault_keys(v)
-    if (v := get("ARONA_ADMIN_TOKEN")) is not None:
-        values["admin_token"] = v
-    if (v := get("ARONA_HOST")) is not None:
-        values["host"] = v
-    if (v := get("ARONA_PORT")) is not None:
-        values["port"] = _parse_int("ARONA_PORT", v, minimum=0, maximum=MAX_PORT)
-    if (v := get("ARONA_MAX_BODY_BYTES")) is not None:
-        values["max_body_bytes"] = _parse_int("ARONA_MAX_BODY_BYTES", v, minimum=1024)
-    if (v := get("ARONA_CORS_ORIGINS")) is not None:
-        values["cors_origins"] = tuple(o.strip() for o in v.split(",") if o.strip())
-    if (v := get("ARONA_LOG_FORMAT")) is not None:
-        if v not in ("json", "console"):
-            raise SettingsError(f"ARONA_LOG_FORMAT must be json or console, got {v!r}")
-        values["log_format"] = v
-    if (v := get("ARONA_LOG_LEVEL")) is not None:
-        if v.upper() not in LOG_LEVELS:
-            raise SettingsError(
-                f"ARONA_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {v!r}"
-            )
-        values["log_level"] = v.upper()
-    if (v := get("ARONA_REGISTRATION_OPEN")) is not None:
-        values["registration_open"] = _parse_bool("ARONA_REGISTRATION_OPEN", v)
-    if (v := get("ARONA_DATA_DIR")) is not None:
-        values["data_dir"] = Path(v)
-    if (v := get("ARONA_ACCESS_TOKEN_TTL")) is not None:
-        values["access_token_ttl_seconds"] = _parse_int("ARONA_ACCESS_TOKEN_TTL", v, minimum=30)
-    if (v := get("ARONA_REFRESH_TOKEN_TTL")) is not None:
-        values["refresh_token_ttl_seconds"] = _parse_int("ARONA_REFRESH_TOKEN_TTL", v, minimum=60)
-    if (v := get("ARONA_RUNTIME_TOKEN_TTL")) is not None:
-        values["runtime_token_ttl_seconds"] = _parse_int("ARONA_RUNTIME_TOKEN_TTL", v, minimum=60)
-    if (v := get("ARONA_LOGIN_MAX_ATTEMPTS")) is not None:
-        values["login_max_attempts"] = _parse_int("ARONA_LOGIN_MAX_ATTEMPTS", v, minimum=1)
-    if (v := get("ARONA_LOGIN_WINDOW")) is not None:
-        values["login_window_seconds"] = _parse_int("ARONA_LOGIN_WINDOW", v, minimum=1)
-    if (v := get("ARONA_DB_POOL_SIZE")) is not None:
-        values["db_pool_size"] = _parse_int("ARONA_DB_POOL_SIZE", v, minimum=1)
-    if (v := get("ARONA_DB_CONNECT_TIMEOUT_SECONDS")) is not None:
-        values["db_connect_timeout_seconds"] = _parse_positive_float(
-            "ARONA_DB_CONNECT_TIMEOUT_SECONDS", v
-        )
-    if (v := get("ARONA_DB_POOL_TIMEOUT_SECONDS")) is not None:
-        values["db_pool_timeout_seconds"] = _parse_positive_float(
-            "ARONA_DB_POOL_TIMEOUT_SECONDS", v
-        )
-    if (v := get("ARONA_HEALTH_INTERVAL_SECONDS")) is not None:
-        values["health_interval_seconds"] = _parse_positive_float(
-            "ARONA_HEALTH_INTERVAL_SECONDS", v
-        )
-    if (v := get("ARONA_USAGE_FLUSH_SECONDS")) is not None:
-        values["usage_flush_seconds"] = _parse_positive_float("ARONA_USAGE_FLUSH_SECONDS", v)
-    if (v := get("ARONA_USAGE_WAL")) is not None:
-        values["usage_wal"] = _parse_bool("ARONA_USAGE_WAL", v)
-    if (v := get("ARONA_USAGE_WAL_MAX_ENTRIES")) is not None:
-        values["usage_wal_max_entries"] = _parse_int("ARONA_USAGE_WAL_MAX_ENTRIES", v, minimum=1000)
-    if (v := get("ARONA_BREAKER_FAILURE_THRESHOLD")) is not None:
-        values["breaker_failure_threshold"] = _parse_int(
-            "ARONA_BREAKER_FAILURE_THRESHOLD", v, minimum=1
-        )
-    if (v := get("ARONA_BREAKER_OPEN_SECONDS")) is not None:
-        values["breaker_open_seconds"] = _parse_positive_float("ARONA_BREAKER_OPEN_SECONDS", v)
-    if (v := get("ARONA_BACKEND_COOLDOWN_SECONDS")) is not None:
-        values["backend_cooldown_seconds"] = _parse_positive_float(
-            "ARONA_BACKEND_COOLDOWN_SECONDS", v
-        )
-    if (v := get("ARONA_UPSTREAM_CONNECT_TIMEOUT_SECONDS")) is not None:
-        values["upstream_connect_timeout_seconds"] = _parse_positive_float(
-            "ARONA_UPSTREAM_CONNECT_TIMEOUT_SECONDS", v
-        )
-    if (v := get("ARONA_UPSTREAM_READ_TIMEOUT_SECONDS")) is not None:
-        values["upstream_read_timeout_seconds"] = _parse_positive_float(
-            "ARONA_UPSTREAM_READ_TIMEOUT_SECONDS", v
-        )
-    if (v := get("ARONA_UPSTREAM_STREAM_IDLE_TIMEOUT_SECONDS")) is not None:
-        values["upstream_stream_idle_timeout_seconds"] = _parse_positive_float(
-            "ARONA_UPSTREAM_STREAM_IDLE_TIMEOUT_SECONDS", v
-        )
-    if (v := get("ARONA_UPSTREAM_TIMEOUT_SECONDS")) is not None:
-        values["upstream_timeout_seconds"] = _parse_positive_float(
-            "ARONA_UPSTREAM_TIMEOUT_SECONDS", v
-        )
-    for name, field_name, minimum in _UPSTREAM_BYTE_LIMITS:
+    for name, field_name, parse in _ENV:
         if (v := get(name)) is not None:
-            values[field_name] = _parse_int(name, v, minimum=minimum)
-    if (v := get("ARONA_ROUTING_SCORE")) is not None:
-        if v not in ("seed", "capacity"):
-            raise SettingsError(f"ARONA_ROUTING_SCORE must be seed or capacity, got {v!r}")
-        values["routing_score"] = v
-    for name, field_name in _METRICS_INTERVALS:
-        if (v := get(name)) is not None:
-            values[field_name] = _parse_positive_float(name, v)
-    if (v := get("ARONA_VLLM_BACKENDS_FILE")) is not None:
-        values["vllm_backends_file"] = Path(v)
-    if (v := get("ARONA_FAILOVER_WINDOW_SECONDS")) is not None:
-        values["failover_window_seconds"] = _parse_positive_float(
-            "ARONA_FAILOVER_WINDOW_SECONDS", v
-        )
-    if (v := get("ARONA_SESSION_IDLE_SECONDS")) is not None:
-        values["session_idle_seconds"] = _parse_int("ARONA_SESSION_IDLE_SECONDS", v, minimum=60)
-    if (v := get("ARONA_FAILOVER_MIN_SAMPLES")) is not None:
-        values["failover_min_samples"] = _parse_int("ARONA_FAILOVER_MIN_SAMPLES", v, minimum=1)
-    if (v := get("ARONA_FAILOVER_SLOW_THRESHOLD_MS")) is not None:
-        values["failover_slow_threshold_ms"] = _parse_positive_float(
-            "ARONA_FAILOVER_SLOW_THRESHOLD_MS", v
-        )
-    if (v := get("ARONA_CUSTOM_LLM_ALLOW_PRIVATE")) is not None:
-        values["custom_llm_allow_private"] = _parse_bool("ARONA_CUSTOM_LLM_ALLOW_PRIVATE", v)
-    if (v := get("ARONA_EVERNIGHT_URL")) is not None:
-        values["evernight_url"] = v
-    if (v := get("ARONA_EVERNIGHT_KEEPALIVE_SECONDS")) is not None:
-        values["evernight_keepalive_seconds"] = _parse_positive_float(
-            "ARONA_EVERNIGHT_KEEPALIVE_SECONDS", v
-        )
-    if (v := get("ARONA_AGENT_OFFLINE_SECONDS")) is not None:
-        values["agent_offline_seconds"] = _parse_positive_float("ARONA_AGENT_OFFLINE_SECONDS", v)
-    if (v := get("ARONA_FORWARDED_ALLOW_IPS")) is not None:
-        values["forwarded_allow_ips"] = v.strip()
-    if (v := get("ARONA_VIDEO_TIMEOUT_SECONDS")) is not None:
-        values["video_timeout_seconds"] = _parse_positive_float("ARONA_VIDEO_TIMEOUT_SECONDS", v)
-    if (v := get("ARONA_VIDEO_POLL_SECONDS")) is not None:
-        values["video_poll_seconds"] = _parse_positive_float("ARONA_VIDEO_POLL_SECONDS", v)
-    if (v := get("ARONA_VIDEO_LEASE_SECONDS")) is not None:
-        values["video_lease_seconds"] = _parse_positive_float("ARONA_VIDEO_LEASE_SECONDS", v)
+            values[field_name] = parse(name, v)
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ from app.lib.events.base import EventBus
 from app.lib.state.base import StateStore
 from app.lib.state.memory import MemoryStateStore
 from app.routing.registry import BackendRegistry, BackendState
+from app.routing.replicas import tell_others
 from app.routing.types import Health, HealthStatus, ProbeResult
 
 HEALTH_CHANNEL = "routing.health"
@@ -119,9 +120,7 @@ class HealthChecker:
 
     async def _share(self, results: list[dict[str, Any]]) -> None:
         try:
-            await self._events.publish(
-                PROBES_CHANNEL, {"origin": self.instance, "results": results}
-            )
+            await tell_others(self._events, PROBES_CHANNEL, self.instance, results=results)
         except Exception as exc:  # the others probe for themselves once rounds go unclaimed
             logger.warning("could not share probe results", error=repr(exc))
 

@@ -25,9 +25,10 @@ from typing import Any
 
 import structlog
 
-from app.lib.events.base import EventBus
+from app.lib.events.base import Event, EventBus
 from app.routing.load import Counts
 from app.routing.registry import BackendRegistry, BackendState
+from app.routing.replicas import follow_others, tell_others
 
 LOAD_CHANNEL = "routing.load"
 DEFAULT_FLUSH_SECONDS = 0.01
@@ -87,19 +88,18 @@ class LoadShare:
 
     async def _publish(self, loads: list[list[Any]]) -> None:
         try:
-            await self._events.publish(LOAD_CHANNEL, {"origin": self.instance, "loads": loads})
+            await tell_others(self._events, LOAD_CHANNEL, self.instance, loads=loads)
         except Exception as exc:  # counts are hints: the next change sends them again
             logger.warning("could not share backend load", error=repr(exc))
 
     async def follow(self) -> None:
         """Apply the totals other replicas publish (run supervised)."""
-        async with self._events.subscribe(LOAD_CHANNEL) as events:
-            async for event in events:
-                origin = event.get("origin")
-                if isinstance(origin, str) and origin != self.instance:
-                    self._apply(origin, event.get("loads"))
+        await follow_others(self._events, LOAD_CHANNEL, self.instance, self._apply)
 
-    def _apply(self, origin: str, loads: Any) -> None:
+    def _apply(self, event: Event) -> None:
+        origin, loads = event.get("origin"), event.get("loads")
+        if not isinstance(origin, str):
+            return
         if not isinstance(loads, list):
             logger.warning("malformed backend load", loads=loads)
             return

@@ -19,12 +19,12 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import structlog
 
-from app.lib.events.base import EventBus
+from app.lib.events.base import Event, EventBus
 from app.routing.failover import FailoverPolicy
+from app.routing.replicas import follow_others, tell_others
 
 LATENCY_CHANNEL = "routing.latency"
 DEFAULT_FLUSH_SECONDS = 0.5
@@ -67,7 +67,7 @@ class SharedLatency:
             return
         outbox, self._outbox = self._outbox, {}
         samples = {pid: [[at, ms] for at, ms in batch] for pid, batch in outbox.items()}
-        await self._events.publish(LATENCY_CHANNEL, {"origin": self.instance, "samples": samples})
+        await tell_others(self._events, LATENCY_CHANNEL, self.instance, samples=samples)
 
     async def run_publisher(self) -> None:
         while True:
@@ -76,12 +76,10 @@ class SharedLatency:
 
     async def follow(self) -> None:
         """Add the samples other replicas publish (run supervised)."""
-        async with self._events.subscribe(LATENCY_CHANNEL) as events:
-            async for event in events:
-                if event.get("origin") != self.instance:
-                    self._apply(event.get("samples"))
+        await follow_others(self._events, LATENCY_CHANNEL, self.instance, self._apply)
 
-    def _apply(self, samples: Any) -> None:
+    def _apply(self, event: Event) -> None:
+        samples = event.get("samples")
         if not isinstance(samples, dict):
             logger.warning("malformed latency samples", samples=samples)
             return

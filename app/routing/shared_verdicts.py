@@ -23,10 +23,11 @@ from typing import Any
 import msgspec
 import structlog
 
-from app.lib.events.base import EventBus
+from app.lib.events.base import Event, EventBus
 from app.lib.state.base import StateStore
 from app.routing.breaker import BreakerState
 from app.routing.registry import BackendRegistry, BackendState
+from app.routing.replicas import follow_others, tell_others
 from app.routing.router import Router
 
 VERDICT_CHANNEL = "routing.verdicts"
@@ -85,15 +86,14 @@ class SharedVerdicts:
                 await self._store.delete(key)
         except Exception as exc:  # Redis down: the event below may still get through
             logger.warning("could not store backend verdict", backend=state.name, error=repr(exc))
-        await self._events.publish(
+        await tell_others(
+            self._events,
             VERDICT_CHANNEL,
-            {
-                "origin": self.instance,
-                "backend": state.name,
-                "upstream": state.upstream,
-                "open_for": open_for,
-                "cooling_for": cooling_for,
-            },
+            self.instance,
+            backend=state.name,
+            upstream=state.upstream,
+            open_for=open_for,
+            cooling_for=cooling_for,
         )
 
     # -- incoming ---------------------------------------------------------------------
@@ -101,13 +101,15 @@ class SharedVerdicts:
     async def run(self) -> None:
         """Apply the verdicts other replicas publish (run supervised; on a broken
         subscription it returns by raising, and the restart re-reads the stored ones)."""
-        async with self._events.subscribe(VERDICT_CHANNEL) as events:
-            await self.restore_all()
-            async for event in events:
-                if event.get("origin") != self.instance:
-                    self._apply_event(event)
+        await follow_others(
+            self._events,
+            VERDICT_CHANNEL,
+            self.instance,
+            self._apply_event,
+            subscribed=self.restore_all,
+        )
 
-    def _apply_event(self, event: dict[str, Any]) -> None:
+    def _apply_event(self, event: Event) -> None:
         try:
             name = str(event["backend"])
             upstream = str(event["upstream"])

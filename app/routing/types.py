@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from app.lib.errors import BadRequestError
+
 Capability = Literal["chat", "embeddings", "video"]
 AuthScheme = Literal["bearer", "api-key", "ApiKey", "none"]
 ScoreKind = Literal["seed", "capacity"]
@@ -35,6 +37,17 @@ def decode_field(body: RawBody, key: str) -> Any:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return None
+
+
+def decode_messages(body: RawBody) -> list[Any]:
+    """The chat body's ``messages`` decoded, or a 400 naming them when they are not an
+    array (what every translating adapter needs before it can rewrite them)."""
+    messages = decode_field(body, "messages")
+    if not isinstance(messages, list):
+        raise BadRequestError(
+            "'messages' must be an array", code="invalid_messages", param="messages"
+        )
+    return messages
 
 
 class HealthStatus(StrEnum):

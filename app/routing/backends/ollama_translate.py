@@ -17,8 +17,7 @@ from typing import Any
 
 import msgspec
 
-from app.lib.errors import BadRequestError
-from app.routing.types import RawBody, Usage, decode_field
+from app.routing.types import RawBody, Usage, decode_field, decode_messages
 
 # OpenAI sampling parameter -> Ollama ``options`` key.
 OPTION_NAMES: Mapping[str, str] = MappingProxyType(
@@ -78,11 +77,7 @@ class OllamaEmbed(msgspec.Struct):
 
 
 def chat_request(model: str, body: RawBody, *, stream: bool) -> bytes:
-    messages = decode_field(body, "messages")
-    if not isinstance(messages, list):
-        raise BadRequestError(
-            "'messages' must be an array", code="invalid_messages", param="messages"
-        )
+    messages = decode_messages(body)
     request: dict[str, Any] = {
         "model": model,
         "messages": ollama_messages(messages),

@@ -30,7 +30,7 @@ import msgspec
 
 from app.lib.errors import BadRequestError
 from app.routing.errors import UpstreamError, bounded_text
-from app.routing.types import RawBody, Usage, decode_field
+from app.routing.types import RawBody, Usage, decode_field, decode_messages
 
 JSONRPC = "2.0"
 PROTOCOL_VERSIONS = (1, 2)
@@ -199,11 +199,7 @@ def chat_params(
     model: str, body: RawBody, version: int, modalities: Iterable[str] = ()
 ) -> dict[str, Any]:
     """``Engine.Chat`` / ``Engine.ChatStart`` params (without the stream id)."""
-    messages = decode_field(body, "messages")
-    if not isinstance(messages, list):
-        raise BadRequestError(
-            "'messages' must be an array", code="invalid_messages", param="messages"
-        )
+    messages = decode_messages(body)
     params: dict[str, Any] = {
         "model": model,
         "messages": engine_messages(messages, version, frozenset(modalities)),
