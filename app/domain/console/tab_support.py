@@ -18,15 +18,23 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import msgspec
-from litestar import Request
+from litestar import Controller, Request, get
 from litestar.di import Provide
+from litestar.handlers import HTTPRouteHandler
 from litestar.response import Template
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.console.project_pages import TABS
 from app.domain.projects.services import ProjectAccess, ProjectService
-from app.domain.web.pages import WebUser, is_htmx, provide_page_principal, render, toast
+from app.domain.web.pages import (
+    WebUser,
+    csrf_guard,
+    is_htmx,
+    provide_page_principal,
+    render,
+    toast,
+)
 from app.lib.errors import AronaError, BadRequestError
 
 T = TypeVar("T")
@@ -294,7 +302,10 @@ class Tab:
         values: Mapping[str, str] | None = None,
     ) -> Template:
         """Form ``name`` refused with ``exc`` (see :func:`failure`), shown in the tab."""
-        state = failure(exc, fields, values)
+        return await self.reject(name, failure(exc, fields, values))
+
+    async def reject(self, name: str, state: FormState) -> Template:
+        """Form ``name`` shown in the tab in ``state`` (a refusal the page decided)."""
         return await self.scope.refused(self.key, name, state, **await self.load())
 
 
@@ -316,6 +327,32 @@ async def open_tab(
 
 # A tab's handlers take ``tab_scope`` (``scope`` is Litestar's name for the ASGI scope).
 TAB_SCOPE = {"tab_scope": Provide(open_tab), "principal": Provide(provide_page_principal)}
+
+
+def with_tab(provide: Callable[..., Tab]) -> dict[str, Provide]:
+    """``TAB_SCOPE`` and ``tab``: the tab that ``provide`` builds from ``tab_scope`` and
+    the services it names, so a handler takes the tab instead of what it loads from."""
+    return {**TAB_SCOPE, "tab": Provide(provide, sync_to_thread=False)}
+
+
+def tab_page(key: str) -> HTTPRouteHandler:
+    """The ``GET /tabs/{key}`` handler of a controller whose dependencies are
+    ``with_tab``'s: the tab as loaded now."""
+
+    async def show(self: Controller, tab: Tab) -> Template:
+        return await tab.show()
+
+    return get(f"/tabs/{key}")(show)
+
+
+class TabPages(Controller):
+    """The controller of a tab: under the project's address, out of the API schema,
+    writes checked by ``csrf_guard``, handlers given ``tab_scope``."""
+
+    path = "/projects/{project_id:uuid}"
+    include_in_schema = False
+    guards = [csrf_guard]
+    dependencies = TAB_SCOPE
 
 
 def template_helpers() -> dict[str, Any]:
