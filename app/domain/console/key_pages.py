@@ -15,7 +15,6 @@ from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenS
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
 from app.domain.console.tab_support import (
-    Forms,
     Tab,
     TabPages,
     TabScope,
@@ -65,7 +64,6 @@ async def _context(
     api_keys_service: ApiKeyService,
     tokens_service: RuntimeTokenService,
     settings: Settings,
-    forms: Forms | None = None,
 ) -> dict[str, Any]:
     project_id = scope.project.id
     keys, keys_total = await api_keys_service.page(project_id, SHOWN, 0)
@@ -98,7 +96,6 @@ async def _context(
         "tokens_total": tokens_total,
         "lifetimes": _lifetimes(settings.runtime_token_ttl_seconds),
         "default_lifetime": str(settings.runtime_token_ttl_seconds),
-        "forms": forms or Forms(),
     }
 
 

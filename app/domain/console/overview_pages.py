@@ -13,7 +13,6 @@ from app.domain.accounts.credential_services import RuntimeTokenService, TokenRe
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
 from app.domain.console.tab_support import (
-    Forms,
     FormState,
     ProjectView,
     Tab,
@@ -35,9 +34,7 @@ MEMBERS_SHOWN = 200
 ROLES = (("member", "Member (reads)"), ("owner", "Owner (manages)"))
 
 
-async def _context(
-    scope: TabScope, members_service: ProjectMemberService, forms: Forms | None = None
-) -> dict[str, Any]:
+async def _context(scope: TabScope, members_service: ProjectMemberService) -> dict[str, Any]:
     rows, total = await members_service.page(scope.project.id, MEMBERS_SHOWN, 0)
     members = [
         {
@@ -51,7 +48,7 @@ async def _context(
         }
         for member, user in rows
     ]
-    return {"members": members, "members_total": total, "roles": ROLES, "forms": forms or Forms()}
+    return {"members": members, "members_total": total, "roles": ROLES}
 
 
 def _tab(tab_scope: TabScope, members_service: ProjectMemberService) -> Tab:

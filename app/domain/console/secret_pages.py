@@ -11,7 +11,6 @@ from litestar import post
 from litestar.response import Template
 
 from app.domain.console.tab_support import (
-    Forms,
     Tab,
     TabPages,
     TabScope,
@@ -35,9 +34,7 @@ SHOWN = 500
 RECENT_CONVERSATIONS = 50
 
 
-async def _secrets_context(
-    scope: TabScope, service: ProjectSecretService, forms: Forms | None = None
-) -> dict[str, Any]:
+async def _secrets_context(scope: TabScope, service: ProjectSecretService) -> dict[str, Any]:
     project_id = scope.project.id
     rows, total = await service.page(project_id, SHOWN, 0)
     users = await service.users_of(project_id, [r.id for r in rows])
@@ -53,7 +50,7 @@ async def _secrets_context(
         }
         for r in rows
     ]
-    return {"secrets": secrets, "secrets_total": total, "forms": forms or Forms()}
+    return {"secrets": secrets, "secrets_total": total}
 
 
 async def _overrides_context(
@@ -61,7 +58,6 @@ async def _overrides_context(
     service: OverrideService,
     conversations_service: ConversationService,
     profile_catalog: ProfileCatalog,
-    forms: Forms | None = None,
 ) -> dict[str, Any]:
     project_id = scope.project.id
     rows, total = await service.page(project_id, SHOWN, 0)
@@ -81,7 +77,6 @@ async def _overrides_context(
         "overrides_total": total,
         "recent_conversations": [(str(c.id), c.title) for c, _ in recent],
         "model_ids": [llm.id for llm in catalog.llms],
-        "forms": forms or Forms(),
     }
 
 
