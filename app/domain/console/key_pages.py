@@ -14,15 +14,7 @@ from litestar.response import Template
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.console.tab_support import (
-    Tab,
-    TabPages,
-    TabScope,
-    compact,
-    parse,
-    tab_page,
-    with_tab,
-)
+from app.domain.console.tab_support import Tab, TabPages, TabScope, compact, parse, plain
 from app.domain.projects import lifecycle
 from app.domain.projects.schemas import ApiKeyCreate, RuntimeTokenCreate
 from app.domain.web.pages import WebUser
@@ -71,12 +63,7 @@ async def _context(
     return {
         "api_keys": [
             {
-                "id": k.id,
-                "name": k.name,
-                "prefix": k.prefix,
-                "created_at": k.created_at,
-                "last_used_at": k.last_used_at,
-                "revoked_at": k.revoked_at,
+                **plain(k, "id", "name", "prefix", "created_at", "last_used_at", "revoked_at"),
                 "state": _state(k.revoked_at, None),
             }
             for k in keys
@@ -84,11 +71,7 @@ async def _context(
         "api_keys_total": keys_total,
         "tokens": [
             {
-                "id": t.id,
-                "name": t.name,
-                "created_at": t.created_at,
-                "expires_at": t.expires_at,
-                "revoked_at": t.revoked_at,
+                **plain(t, "id", "name", "created_at", "expires_at", "revoked_at"),
                 "state": _state(t.revoked_at, t.expires_at),
             }
             for t in tokens
@@ -118,11 +101,7 @@ async def _issued(tab: Tab, kind: str, name: str | None, value: str) -> Template
     )
 
 
-class KeysTab(TabPages):
-    dependencies = with_tab(_tab)
-
-    show = tab_page(KEY)
-
+class KeysTab(TabPages, tab=_tab, key=KEY):
     @post("/api-keys")
     async def create_key(
         self,

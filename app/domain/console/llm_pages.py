@@ -24,8 +24,8 @@ from app.domain.console.tab_support import (
     compact,
     failure,
     parse,
+    plain,
     template_helpers,
-    with_tab,
 )
 from app.domain.custom_llms.names import llm_id
 from app.domain.custom_llms.schemas import CustomLlmCreate, CustomLlmUpdate
@@ -68,16 +68,19 @@ def _row(row: CustomLlm, secret_names: dict[str, str]) -> dict[str, Any]:
     else:
         shown = "none"
     return {
-        "name": row.name,
+        **plain(
+            row,
+            "name",
+            "template",
+            "base_url",
+            "model",
+            "auth_scheme",
+            "provider",
+            "max_input_tokens",
+            "max_output_tokens",
+            "enabled",
+        ),
         "llm_id": llm_id(row.name),
-        "template": row.template,
-        "base_url": row.base_url,
-        "model": row.model,
-        "auth_scheme": row.auth_scheme,
-        "provider": row.provider,
-        "max_input_tokens": row.max_input_tokens,
-        "max_output_tokens": row.max_output_tokens,
-        "enabled": row.enabled,
         "credential": shown,
     }
 
@@ -136,9 +139,7 @@ def _tab(
     return _tab_of(tab_scope, custom_llms_service, secrets_service, "bob")
 
 
-class CustomLlmTab(TabPages):
-    dependencies = with_tab(_tab)
-
+class CustomLlmTab(TabPages, tab=_tab):
     @get("/tabs/custom-llms")
     async def show(
         self,

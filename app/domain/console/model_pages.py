@@ -15,16 +15,7 @@ import msgspec
 from litestar import get, post
 from litestar.response import Template
 
-from app.domain.console.tab_support import (
-    Forms,
-    FormState,
-    Tab,
-    TabPages,
-    TabScope,
-    parse,
-    tab_page,
-    with_tab,
-)
+from app.domain.console.tab_support import Forms, FormState, Tab, TabPages, TabScope, parse, plain
 from app.domain.conversations.services import ConversationService
 from app.domain.paging import OffsetQuery
 from app.domain.profiles.catalog import ProfileCatalog
@@ -92,11 +83,7 @@ def _models_tab(
     )
 
 
-class ModelsTab(TabPages):
-    dependencies = with_tab(_models_tab)
-
-    show = tab_page(MODELS)
-
+class ModelsTab(TabPages, tab=_models_tab, key=MODELS):
     @post("/models")
     async def save(
         self,
@@ -152,14 +139,17 @@ class ConversationsTab(TabPages):
         rows, total = await conversations_service.page(project_id, PAGE, offset, priority=priority)
         conversations = [
             {
-                "id": c.id,
-                "title": c.title,
-                "profile": c.model_profile_id,
-                "priority": c.priority,
-                "messages": c.message_count,
-                "forked_from": c.forked_from_id,
-                "created_at": c.created_at,
-                "updated_at": c.updated_at,
+                **plain(
+                    c,
+                    "id",
+                    "title",
+                    "priority",
+                    "created_at",
+                    "updated_at",
+                    profile="model_profile_id",
+                    messages="message_count",
+                    forked_from="forked_from_id",
+                ),
                 "pin": None
                 if pin is None
                 else {

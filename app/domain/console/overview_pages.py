@@ -20,8 +20,6 @@ from app.domain.console.tab_support import (
     TabScope,
     compact,
     parse,
-    tab_page,
-    with_tab,
 )
 from app.domain.projects import lifecycle
 from app.domain.projects.schemas import MemberAdd, ProjectUpdate
@@ -62,11 +60,7 @@ def _to_list(scope: TabScope) -> Response[Any]:
     return Redirect("/projects", status_code=HTTP_303_SEE_OTHER)
 
 
-class OverviewTab(TabPages):
-    dependencies = with_tab(_tab)
-
-    show = tab_page(KEY)
-
+class OverviewTab(TabPages, tab=_tab, key=KEY):
     @post("/rename")
     async def rename(self, tab: Tab, projects_service: ProjectService) -> Template:
         tab.scope.require_project("change this project")

@@ -10,15 +10,7 @@ from uuid import UUID
 from litestar import post
 from litestar.response import Template
 
-from app.domain.console.tab_support import (
-    Tab,
-    TabPages,
-    TabScope,
-    compact,
-    parse,
-    tab_page,
-    with_tab,
-)
+from app.domain.console.tab_support import Tab, TabPages, TabScope, compact, parse, plain
 from app.domain.conversations.services import ConversationService
 from app.domain.overrides.schemas import OverrideCreate
 from app.domain.overrides.services import OverrideService
@@ -40,12 +32,7 @@ async def _secrets_context(scope: TabScope, service: ProjectSecretService) -> di
     users = await service.users_of(project_id, [r.id for r in rows])
     secrets = [
         {
-            "id": r.id,
-            "name": r.name,
-            "description": r.description,
-            "hint": r.hint,
-            "created_at": r.created_at,
-            "rotated_at": r.rotated_at,
+            **plain(r, "id", "name", "description", "hint", "created_at", "rotated_at"),
             "used_by": [u.name for u in users.get(r.id, [])],
         }
         for r in rows
@@ -65,13 +52,9 @@ async def _overrides_context(
     catalog = await profile_catalog.catalog(project_id)
     return {
         "overrides": [
-            {
-                "id": r.id,
-                "conversation_id": r.conversation_id,
-                "model_id": r.model_prefix,
-                "hint": r.key_hint,
-                "created_at": r.created_at,
-            }
+            plain(
+                r, "id", "conversation_id", "created_at", model_id="model_prefix", hint="key_hint"
+            )
             for r in rows
         ],
         "overrides_total": total,
@@ -98,11 +81,7 @@ def _overrides_tab(
     )
 
 
-class SecretsTab(TabPages):
-    dependencies = with_tab(_secrets_tab)
-
-    show = tab_page(SECRETS)
-
+class SecretsTab(TabPages, tab=_secrets_tab, key=SECRETS):
     @post("/secrets")
     async def add(
         self, tab: Tab, project_id: UUID, secrets_service: ProjectSecretService, vault: Vault
@@ -154,11 +133,7 @@ class SecretsTab(TabPages):
         return await tab.show("Secret deleted.")
 
 
-class OverridesTab(TabPages):
-    dependencies = with_tab(_overrides_tab)
-
-    show = tab_page(OVERRIDES)
-
+class OverridesTab(TabPages, tab=_overrides_tab, key=OVERRIDES):
     @post("/overrides")
     async def add(
         self, tab: Tab, project_id: UUID, overrides_service: OverrideService, vault: Vault

@@ -27,14 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.console.project_pages import TABS
 from app.domain.projects.services import ProjectAccess, ProjectService
-from app.domain.web.pages import (
-    WebUser,
-    csrf_guard,
-    is_htmx,
-    provide_page_principal,
-    render,
-    toast,
-)
+from app.domain.web.pages import WebUser, csrf_guard, is_htmx, provide_page_principal, render, toast
 from app.lib.errors import AronaError, BadRequestError
 
 T = TypeVar("T")
@@ -127,6 +120,15 @@ class Forms(dict[str, FormState]):
 
     def __missing__(self, key: str) -> FormState:
         return FormState()
+
+
+def plain(row: object, *names: str, **renamed: str) -> dict[str, Any]:
+    """A table row of a tab: attributes of ``row`` copied out (the template must not
+    touch a stored row, which a rollback expires), ``names`` under their own names and
+    ``renamed`` as ``key="attribute"``."""
+    values = {name: getattr(row, name) for name in names}
+    values.update({key: getattr(row, attr) for key, attr in renamed.items()})
+    return values
 
 
 def compact(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -329,15 +331,8 @@ async def open_tab(
 TAB_SCOPE = {"tab_scope": Provide(open_tab), "principal": Provide(provide_page_principal)}
 
 
-def with_tab(provide: Callable[..., Tab]) -> dict[str, Provide]:
-    """``TAB_SCOPE`` and ``tab``: the tab that ``provide`` builds from ``tab_scope`` and
-    the services it names, so a handler takes the tab instead of what it loads from."""
-    return {**TAB_SCOPE, "tab": Provide(provide, sync_to_thread=False)}
-
-
-def tab_page(key: str) -> HTTPRouteHandler:
-    """The ``GET /tabs/{key}`` handler of a controller whose dependencies are
-    ``with_tab``'s: the tab as loaded now."""
+def _tab_page(key: str) -> HTTPRouteHandler:
+    """``GET /tabs/{key}``: the tab as loaded now."""
 
     async def show(self: Controller, tab: Tab) -> Template:
         return await tab.show()
@@ -347,12 +342,26 @@ def tab_page(key: str) -> HTTPRouteHandler:
 
 class TabPages(Controller):
     """The controller of a tab: under the project's address, out of the API schema,
-    writes checked by ``csrf_guard``, handlers given ``tab_scope``."""
+    writes checked by ``csrf_guard``, handlers given ``tab_scope``.
+
+    ``class KeysTab(TabPages, tab=provide, key="keys")``: its handlers also take ``tab``,
+    which ``provide`` builds from ``tab_scope`` and the services it names, and with
+    ``key`` it answers ``GET /tabs/keys`` with that tab.
+    """
 
     path = "/projects/{project_id:uuid}"
     include_in_schema = False
     guards = [csrf_guard]
     dependencies = TAB_SCOPE
+
+    def __init_subclass__(
+        cls, *, tab: Callable[..., Tab] | None = None, key: str = "", **kwargs: Any
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if tab is not None:
+            cls.dependencies = {**TAB_SCOPE, "tab": Provide(tab, sync_to_thread=False)}
+        if key:
+            setattr(cls, "show", _tab_page(key))  # noqa: B010 (a handler the class lacks)
 
 
 def template_helpers() -> dict[str, Any]:
