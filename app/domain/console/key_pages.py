@@ -113,7 +113,7 @@ class KeysTab(TabPages, tab=_tab, key=KEY):
     ) -> Template:
         tab.scope.require_credentials("create API keys")
         form = await tab.scope.form()
-        values = {"name": form.text("name")}
+        values = form.texts("name")
         try:
             data = parse(ApiKeyCreate, compact(values))
         except AronaError as exc:
@@ -154,7 +154,7 @@ class KeysTab(TabPages, tab=_tab, key=KEY):
     ) -> Template:
         tab.scope.require_credentials("issue runtime tokens")
         form = await tab.scope.form()
-        values = {"name": form.text("name"), "expiresInSeconds": form.text("expiresInSeconds")}
+        values = form.texts("name", "expiresInSeconds")
         try:
             data = parse(RuntimeTokenCreate, compact(values))
         except AronaError as exc:

@@ -202,7 +202,7 @@ class CustomLlmTab(TabPages, tab=_tab):
             "enabled": "on" if form.flag("enabled") else "",
         }
         if template == "custom":
-            values.update({k: form.text(k) for k in CUSTOM_FIELDS})
+            values.update(form.texts(*CUSTOM_FIELDS))
         body: dict[str, Any] = compact({k: v for k, v in values.items() if k != "enabled"})
         body["apiKey"] = form.secret("apiKey").strip()
         body = compact(body)

@@ -65,7 +65,7 @@ class OverviewTab(TabPages, tab=_tab, key=KEY):
     async def rename(self, tab: Tab, projects_service: ProjectService) -> Template:
         tab.scope.require_project("change this project")
         form = await tab.scope.form()
-        values = {"name": form.text("name"), "slug": form.text("slug")}
+        values = form.texts("name", "slug")
         try:
             data = parse(
                 ProjectUpdate, {"name": values["name"], **compact({"slug": values["slug"]})}

@@ -153,7 +153,7 @@ class QuotaTab(TabPages):
     ) -> Template:
         tab_scope.require_project("change the project's quota")
         form = await tab_scope.form()
-        values = {wire: form.text(wire) for wire, _, _, _ in WINDOWS}
+        values = form.texts(*(wire for wire, _, _, _ in WINDOWS))
         days = _period(int(form.text("days")) if form.text("days").isdigit() else None)
         tab = _tab(tab_scope, project_quotas_service, quota_gate, usage_records_service, days)
         try:

@@ -88,7 +88,7 @@ class SecretsTab(TabPages, tab=_secrets_tab, key=SECRETS):
     ) -> Template:
         tab.scope.require_credentials("create secrets")
         form = await tab.scope.form()
-        values = {"name": form.text("name"), "description": form.text("description")}
+        values = form.texts("name", "description")
         try:
             data = parse(SecretCreate, {**compact(values), "value": form.secret("value")})
             await secrets_service.create_secret(
@@ -140,7 +140,7 @@ class OverridesTab(TabPages, tab=_overrides_tab, key=OVERRIDES):
     ) -> Template:
         tab.scope.require_credentials("create override keys")
         form = await tab.scope.form()
-        values = {"conversationId": form.text("conversationId"), "modelId": form.text("modelId")}
+        values = form.texts("conversationId", "modelId")
         try:
             data = parse(OverrideCreate, {**values, "apiKey": form.secret("apiKey").strip()})
             await overrides_service.create_override(project_id, data, vault)

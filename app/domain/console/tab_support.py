@@ -88,6 +88,10 @@ class FormData:
         values = self._values.get(name)
         return values[-1].strip("\r\n") if values else ""
 
+    def texts(self, *names: str) -> dict[str, str]:
+        """The text values of ``names``, as the form is rendered again with them."""
+        return {name: self.text(name) for name in names}
+
     def all(self, name: str) -> list[str]:
         return [v.strip() for v in self._values.get(name, []) if v.strip()]
 
@@ -249,21 +253,17 @@ class TabScope:
             **template_helpers(),
         }
         template = f"console/tabs/{key}.html"
-        if self.fragment:
-            response = render(
-                template, self.web_user, status_code=status, oob=True, **shared, **context
-            )
-        else:
-            response = render(
-                "console/project.html",
-                self.web_user,
-                status_code=status,
-                nav="projects",
-                tab_template=template,
-                oob=False,
-                **shared,
-                **context,
-            )
+        # A swap gets the tab alone; otherwise the project page has it in it.
+        page = {} if self.fragment else {"nav": "projects", "tab_template": template}
+        response = render(
+            template if self.fragment else "console/project.html",
+            self.web_user,
+            status_code=status,
+            oob=self.fragment,
+            **page,
+            **shared,
+            **context,
+        )
         if message:
             response.headers.update(toast(message, level))
         return response
