@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import Cookie
@@ -49,6 +50,65 @@ def _page(
     return page
 
 
+def _login_page(
+    request: Request[Any, Any, Any],
+    settings: Settings,
+    next: str | None,
+    *,
+    status_code: int = 200,
+    error: str | None = None,
+    email: str = "",
+) -> Template:
+    return _page(
+        request,
+        settings,
+        "console/login.html",
+        status_code=status_code,
+        error=error,
+        email=email,
+        next=next,
+        registration_open=settings.registration_open,
+    )
+
+
+def _register_page(
+    request: Request[Any, Any, Any],
+    settings: Settings,
+    *,
+    status_code: int = 200,
+    errors: dict[str, str] | None = None,
+    error: str | None = None,
+    email: str = "",
+    name: str = "",
+) -> Template:
+    return _page(
+        request,
+        settings,
+        "console/register.html",
+        status_code=status_code,
+        errors=errors or {},
+        error=error,
+        email=email,
+        name=name,
+    )
+
+
+async def _signed_in(
+    request: Request[Any, Any, Any],
+    web_sessions: WebSessions,
+    settings: Settings,
+    user_id: UUID,
+    target: str,
+) -> Redirect:
+    """A new session for ``user_id``, its cookie set on the way to ``target``."""
+    token, _ = await web_sessions.create(user_id, uuid7())
+    return Redirect(
+        target,
+        status_code=HTTP_303_SEE_OTHER,
+        cookies=[session_cookie(request, token, settings.session_idle_seconds)],
+    )
+
+
 async def _form_is_ours(request: Request[Any, Any, Any], settings: Settings) -> bool:
     form = await request.form()
     sent = form.get(CSRF_FIELD)
@@ -76,13 +136,7 @@ class ConsoleAuthPages(Controller):
     ) -> Template | Redirect:
         if web_session is not None:
             return Redirect(_safe_next(next))
-        return _page(
-            request,
-            settings,
-            "console/login.html",
-            next=next,
-            registration_open=settings.registration_open,
-        )
+        return _login_page(request, settings, next)
 
     @post("/login", status_code=HTTP_303_SEE_OTHER)
     async def login(
@@ -93,18 +147,11 @@ class ConsoleAuthPages(Controller):
         settings: Settings,
     ) -> Template | Redirect:
         form = await request.form()
-        email = _text(form, "email")
+        email, next_path = _text(form, "email"), _text(form, "next")
         if not await _form_is_ours(request, settings):
             # Login CSRF: a post from another site would sign this browser in as them.
-            return _page(
-                request,
-                settings,
-                "console/login.html",
-                status_code=403,
-                error=STALE_FORM,
-                email=email,
-                next=_text(form, "next"),
-                registration_open=settings.registration_open,
+            return _login_page(
+                request, settings, next_path, status_code=403, error=STALE_FORM, email=email
             )
         try:
             user = await auth_service.authenticate(
@@ -114,22 +161,15 @@ class ConsoleAuthPages(Controller):
             )
         except AronaError as exc:
             # The email stays in the form; the message says what to do.
-            return _page(
+            return _login_page(
                 request,
                 settings,
-                "console/login.html",
+                next_path,
                 status_code=exc.status_code,
                 error=exc.message,
                 email=email,
-                next=_text(form, "next"),
-                registration_open=settings.registration_open,
             )
-        token, _ = await web_sessions.create(user.id, uuid7())
-        return Redirect(
-            _safe_next(_text(form, "next")),
-            status_code=HTTP_303_SEE_OTHER,
-            cookies=[session_cookie(request, token, settings.session_idle_seconds)],
-        )
+        return await _signed_in(request, web_sessions, settings, user.id, _safe_next(next_path))
 
     @post("/logout", status_code=HTTP_303_SEE_OTHER)
     async def logout(self, web_session: WebSession | None, web_sessions: WebSessions) -> Redirect:
@@ -151,7 +191,7 @@ class ConsoleAuthPages(Controller):
                 title="Registration is closed",
                 message="Ask an administrator for an account.",
             )
-        return _page(request, settings, "console/register.html", errors={})
+        return _register_page(request, settings)
 
     @post("/register", status_code=HTTP_303_SEE_OTHER)
     async def register(
@@ -165,15 +205,8 @@ class ConsoleAuthPages(Controller):
         email, name = _text(form, "email"), _text(form, "name")
         password = str(form.get("password") or "")
         if not await _form_is_ours(request, settings):
-            return _page(
-                request,
-                settings,
-                "console/register.html",
-                status_code=403,
-                errors={},
-                error=STALE_FORM,
-                email=email,
-                name=name,
+            return _register_page(
+                request, settings, status_code=403, error=STALE_FORM, email=email, name=name
             )
         errors: dict[str, str] = {}
         if "@" not in email:
@@ -181,32 +214,20 @@ class ConsoleAuthPages(Controller):
         if len(password) < 8:
             errors["password"] = "Use at least 8 characters."  # noqa: S105 (a message)
         if errors:
-            return _page(
-                request,
-                settings,
-                "console/register.html",
-                status_code=400,
-                errors=errors,
-                email=email,
-                name=name,
+            return _register_page(
+                request, settings, status_code=400, errors=errors, email=email, name=name
             )
         try:
             user = await auth_service.register(email=email, password=password, name=name)
         except AronaError as exc:
             field = exc.param or ""
-            return _page(
+            return _register_page(
                 request,
                 settings,
-                "console/register.html",
                 status_code=exc.status_code,
                 errors={field: exc.message} if field else {},
                 error=None if field else exc.message,
                 email=email,
                 name=name,
             )
-        token, _ = await web_sessions.create(user.id, uuid7())
-        return Redirect(
-            "/projects",
-            status_code=HTTP_303_SEE_OTHER,
-            cookies=[session_cookie(request, token, settings.session_idle_seconds)],
-        )
+        return await _signed_in(request, web_sessions, settings, user.id, "/projects")

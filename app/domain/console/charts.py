@@ -34,6 +34,14 @@ class Bar:
     value: int
     title: str
 
+    @classmethod
+    def of(
+        cls, label: str, value: int, unit: str, *, x: float, y: float, width: float, height: float
+    ) -> Bar:
+        """The bar of ``value``, titled with it exactly."""
+        title = f"{label}: {value:,} {unit}"
+        return cls(x=x, y=y, width=width, height=height, label=label, value=value, title=title)
+
 
 @dataclass(frozen=True, slots=True)
 class Tick:
@@ -103,6 +111,14 @@ def _value_ticks(top_value: int) -> list[tuple[float, str]]:
     return [(i / count, compact_number(top_value * i // count)) for i in range(count + 1)]
 
 
+def _ticks(top_value: int, origin: float, span: float) -> tuple[Tick, ...]:
+    """The grid lines of the value axis, which runs from ``origin`` over ``span``."""
+    return tuple(
+        Tick(position=round(origin + span * fraction, 2), label=text)
+        for fraction, text in _value_ticks(top_value)
+    )
+
+
 def column_chart(
     points: Sequence[tuple[str, int]], *, unit: str, short_labels: Sequence[str] | None = None
 ) -> Chart:
@@ -117,20 +133,16 @@ def column_chart(
     for i, (label, value) in enumerate(points):
         height = plot_h * value / top_value
         bars.append(
-            Bar(
+            Bar.of(
+                label,
+                value,
+                unit,
                 x=round(LEFT + i * slot + gap / 2, 2),
                 y=round(base - height, 2),
                 width=round(max(1.0, slot - gap), 2),
                 height=round(height, 2),
-                label=label,
-                value=value,
-                title=f"{label}: {value:,} {unit}",
             )
         )
-    ticks = tuple(
-        Tick(position=round(base - plot_h * fraction, 2), label=text)
-        for fraction, text in _value_ticks(top_value)
-    )
     names = list(short_labels) if short_labels is not None else [p[0] for p in points]
     every = max(1, math.ceil(len(points) / MAX_LABELS))
     labels = tuple(
@@ -145,7 +157,7 @@ def column_chart(
         right=WIDTH - RIGHT,
         bottom=base,
         bars=tuple(bars),
-        ticks=ticks,
+        ticks=_ticks(top_value, base, -plot_h),
         labels=labels,
     )
 
@@ -161,23 +173,19 @@ def bar_chart(points: Sequence[tuple[str, int]], *, unit: str) -> Chart:
     for i, (label, value) in enumerate(points):
         y = TOP + i * ROW_HEIGHT
         bars.append(
-            Bar(
+            Bar.of(
+                label,
+                value,
+                unit,
                 x=LABEL_WIDTH,
                 y=y + 4,
                 width=round(plot_w * value / top_value, 2),
                 height=ROW_HEIGHT - 8,
-                label=label,
-                value=value,
-                title=f"{label}: {value:,} {unit}",
             )
         )
         shown = label if len(label) <= 22 else label[:21] + "…"
         labels.append(Label(x=LABEL_WIDTH - 6, y=y + ROW_HEIGHT / 2 + 4, text=shown))
     bottom = TOP + rows * ROW_HEIGHT
-    ticks = tuple(
-        Tick(position=round(LABEL_WIDTH + plot_w * fraction, 2), label=text)
-        for fraction, text in _value_ticks(top_value)
-    )
     return Chart(
         width=WIDTH,
         height=height,
@@ -186,7 +194,7 @@ def bar_chart(points: Sequence[tuple[str, int]], *, unit: str) -> Chart:
         right=WIDTH - RIGHT_H,
         bottom=bottom,
         bars=tuple(bars),
-        ticks=ticks,
+        ticks=_ticks(top_value, LABEL_WIDTH, plot_w),
         labels=tuple(labels),
         horizontal=True,
     )

@@ -8,16 +8,16 @@ import datetime
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, get, post
+from litestar import post
 from litestar.response import Template
 
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.console.tab_support import TAB_SCOPE, Forms, Tab, TabScope, compact, parse
+from app.domain.console.tab_support import Tab, TabPages, TabScope, compact, parse, plain
 from app.domain.projects import lifecycle
 from app.domain.projects.schemas import ApiKeyCreate, RuntimeTokenCreate
-from app.domain.web.pages import WebUser, csrf_guard
+from app.domain.web.pages import WebUser
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
 from app.lib.settings import Settings
@@ -56,7 +56,6 @@ async def _context(
     api_keys_service: ApiKeyService,
     tokens_service: RuntimeTokenService,
     settings: Settings,
-    forms: Forms | None = None,
 ) -> dict[str, Any]:
     project_id = scope.project.id
     keys, keys_total = await api_keys_service.page(project_id, SHOWN, 0)
@@ -64,12 +63,7 @@ async def _context(
     return {
         "api_keys": [
             {
-                "id": k.id,
-                "name": k.name,
-                "prefix": k.prefix,
-                "created_at": k.created_at,
-                "last_used_at": k.last_used_at,
-                "revoked_at": k.revoked_at,
+                **plain(k, "id", "name", "prefix", "created_at", "last_used_at", "revoked_at"),
                 "state": _state(k.revoked_at, None),
             }
             for k in keys
@@ -77,11 +71,7 @@ async def _context(
         "api_keys_total": keys_total,
         "tokens": [
             {
-                "id": t.id,
-                "name": t.name,
-                "created_at": t.created_at,
-                "expires_at": t.expires_at,
-                "revoked_at": t.revoked_at,
+                **plain(t, "id", "name", "created_at", "expires_at", "revoked_at"),
                 "state": _state(t.revoked_at, t.expires_at),
             }
             for t in tokens
@@ -89,50 +79,41 @@ async def _context(
         "tokens_total": tokens_total,
         "lifetimes": _lifetimes(settings.runtime_token_ttl_seconds),
         "default_lifetime": str(settings.runtime_token_ttl_seconds),
-        "forms": forms or Forms(),
     }
 
 
 def _tab(
-    scope: TabScope,
+    tab_scope: TabScope,
     api_keys_service: ApiKeyService,
-    tokens_service: RuntimeTokenService,
+    runtime_tokens_service: RuntimeTokenService,
     settings: Settings,
 ) -> Tab:
-    return scope.tab(KEY, lambda: _context(scope, api_keys_service, tokens_service, settings))
+    return tab_scope.tab(
+        KEY, lambda: _context(tab_scope, api_keys_service, runtime_tokens_service, settings)
+    )
 
 
-class KeysTab(Controller):
-    path = "/projects/{project_id:uuid}"
-    include_in_schema = False
-    guards = [csrf_guard]
-    dependencies = TAB_SCOPE
+async def _issued(tab: Tab, kind: str, name: str | None, value: str) -> Template:
+    """The tab with the new credential's value, which is shown this once."""
+    return await tab.show(
+        f"{kind} created: copy it now, it is shown only once.",
+        new_secret={"kind": kind, "name": name, "value": value},
+    )
 
-    @get("/tabs/keys")
-    async def show(
-        self,
-        tab_scope: TabScope,
-        api_keys_service: ApiKeyService,
-        runtime_tokens_service: RuntimeTokenService,
-        settings: Settings,
-    ) -> Template:
-        return await _tab(tab_scope, api_keys_service, runtime_tokens_service, settings).show()
 
+class KeysTab(TabPages, tab=_tab, key=KEY):
     @post("/api-keys")
     async def create_key(
         self,
-        tab_scope: TabScope,
+        tab: Tab,
         project_id: UUID,
         web_user: WebUser,
         api_keys_service: ApiKeyService,
-        runtime_tokens_service: RuntimeTokenService,
         api_key_sync: ApiKeySync,
-        settings: Settings,
     ) -> Template:
-        tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
-        tab_scope.require_credentials("create API keys")
-        form = await tab_scope.form()
-        values = {"name": form.text("name")}
+        tab.scope.require_credentials("create API keys")
+        form = await tab.scope.form()
+        values = form.texts("name")
         try:
             data = parse(ApiKeyCreate, compact(values))
         except AronaError as exc:
@@ -144,24 +125,18 @@ class KeysTab(Controller):
             api_keys_service=api_keys_service,
             api_key_sync=api_key_sync,
         )
-        return await tab.show(
-            "API key created: copy it now, it is shown only once.",
-            new_secret={"kind": "API key", "name": row.name, "value": secret},
-        )
+        return await _issued(tab, "API key", row.name, secret)
 
     @post("/api-keys/{key_id:uuid}/revoke")
     async def revoke_key(
         self,
-        tab_scope: TabScope,
+        tab: Tab,
         project_id: UUID,
         key_id: UUID,
         api_keys_service: ApiKeyService,
-        runtime_tokens_service: RuntimeTokenService,
         api_key_sync: ApiKeySync,
-        settings: Settings,
     ) -> Template:
-        tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
-        tab_scope.require_credentials("revoke API keys")
+        tab.scope.require_credentials("revoke API keys")
         await lifecycle.revoke_api_key(
             project_id, key_id, api_keys_service=api_keys_service, api_key_sync=api_key_sync
         )
@@ -170,18 +145,16 @@ class KeysTab(Controller):
     @post("/runtime-tokens")
     async def create_token(
         self,
-        tab_scope: TabScope,
+        tab: Tab,
         project_id: UUID,
         web_user: WebUser,
-        api_keys_service: ApiKeyService,
         runtime_tokens_service: RuntimeTokenService,
         token_service: TokenService,
         settings: Settings,
     ) -> Template:
-        tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
-        tab_scope.require_credentials("issue runtime tokens")
-        form = await tab_scope.form()
-        values = {"name": form.text("name"), "expiresInSeconds": form.text("expiresInSeconds")}
+        tab.scope.require_credentials("issue runtime tokens")
+        form = await tab.scope.form()
+        values = form.texts("name", "expiresInSeconds")
         try:
             data = parse(RuntimeTokenCreate, compact(values))
         except AronaError as exc:
@@ -193,24 +166,18 @@ class KeysTab(Controller):
             ttl_seconds=data.expires_in_seconds or settings.runtime_token_ttl_seconds,
             created_by=web_user.user.id,
         )
-        return await tab.show(
-            "Runtime token created: copy it now, it is shown only once.",
-            new_secret={"kind": "Runtime token", "name": row.name, "value": issued.token},
-        )
+        return await _issued(tab, "Runtime token", row.name, issued.token)
 
     @post("/runtime-tokens/{token_id:uuid}/revoke")
     async def revoke_token(
         self,
-        tab_scope: TabScope,
+        tab: Tab,
         project_id: UUID,
         token_id: UUID,
-        api_keys_service: ApiKeyService,
         runtime_tokens_service: RuntimeTokenService,
         revocations: RevocationList,
-        settings: Settings,
     ) -> Template:
-        tab = _tab(tab_scope, api_keys_service, runtime_tokens_service, settings)
-        tab_scope.require_credentials("revoke runtime tokens")
+        tab.scope.require_credentials("revoke runtime tokens")
         await lifecycle.revoke_runtime_token(
             project_id,
             token_id,

@@ -11,19 +11,20 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, get, post
+from litestar import Request, get, post
 from litestar.response import Template
 
 from app.db.models import CustomLlm
 from app.domain.console.tab_support import (
-    TAB_SCOPE,
     Forms,
     FormState,
     Tab,
+    TabPages,
     TabScope,
     compact,
     failure,
     parse,
+    plain,
     template_helpers,
 )
 from app.domain.custom_llms.names import llm_id
@@ -32,7 +33,7 @@ from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
 from app.domain.custom_llms.templates import AUTH_SCHEMES, BOB, BOB_DEFAULT_NAME, TEMPLATES
 from app.domain.secrets.services import ProjectSecretService
-from app.domain.web.pages import WebUser, csrf_guard, render
+from app.domain.web.pages import WebUser, render
 from app.lib.errors import AronaError
 from app.lib.vault import Vault
 
@@ -67,16 +68,19 @@ def _row(row: CustomLlm, secret_names: dict[str, str]) -> dict[str, Any]:
     else:
         shown = "none"
     return {
-        "name": row.name,
+        **plain(
+            row,
+            "name",
+            "template",
+            "base_url",
+            "model",
+            "auth_scheme",
+            "provider",
+            "max_input_tokens",
+            "max_output_tokens",
+            "enabled",
+        ),
         "llm_id": llm_id(row.name),
-        "template": row.template,
-        "base_url": row.base_url,
-        "model": row.model,
-        "auth_scheme": row.auth_scheme,
-        "provider": row.provider,
-        "max_input_tokens": row.max_input_tokens,
-        "max_output_tokens": row.max_output_tokens,
-        "enabled": row.enabled,
         "credential": shown,
     }
 
@@ -117,21 +121,25 @@ async def _context(
     }
 
 
-def _tab(
+def _tab_of(
     scope: TabScope,
     service: CustomLlmService,
     secrets_service: ProjectSecretService,
-    template: str = "bob",
+    template: str,
 ) -> Tab:
+    """The tab with the add form of ``template``."""
     return scope.tab(KEY, lambda: _context(scope, service, secrets_service, template=template))
 
 
-class CustomLlmTab(Controller):
-    path = "/projects/{project_id:uuid}"
-    include_in_schema = False
-    guards = [csrf_guard]
-    dependencies = TAB_SCOPE
+def _tab(
+    tab_scope: TabScope,
+    custom_llms_service: CustomLlmService,
+    secrets_service: ProjectSecretService,
+) -> Tab:
+    return _tab_of(tab_scope, custom_llms_service, secrets_service, "bob")
 
+
+class CustomLlmTab(TabPages, tab=_tab):
     @get("/tabs/custom-llms")
     async def show(
         self,
@@ -141,7 +149,7 @@ class CustomLlmTab(Controller):
         template: str | None = None,
     ) -> Template:
         chosen = _template_of(template)
-        return await _tab(tab_scope, custom_llms_service, secrets_service, chosen).show()
+        return await _tab_of(tab_scope, custom_llms_service, secrets_service, chosen).show()
 
     @get("/custom-llms/form")
     async def form_for_template(
@@ -194,7 +202,7 @@ class CustomLlmTab(Controller):
             "enabled": "on" if form.flag("enabled") else "",
         }
         if template == "custom":
-            values.update({k: form.text(k) for k in CUSTOM_FIELDS})
+            values.update(form.texts(*CUSTOM_FIELDS))
         body: dict[str, Any] = compact({k: v for k, v in values.items() if k != "enabled"})
         body["apiKey"] = form.secret("apiKey").strip()
         body = compact(body)
@@ -211,61 +219,50 @@ class CustomLlmTab(Controller):
             )
             return await tab_scope.refused(KEY, FORM, state, **ctx)
         created = row.name
-        tab = _tab(tab_scope, custom_llms_service, secrets_service, template)
+        tab = _tab_of(tab_scope, custom_llms_service, secrets_service, template)
         return await tab.show(f"Custom LLM {created} added.", created=created)
 
     @post("/custom-llms/{name:str}/enabled")
     async def set_enabled(
         self,
-        tab_scope: TabScope,
-        project_id: UUID,
+        tab: Tab,
         name: str,
         custom_llms_service: CustomLlmService,
-        secrets_service: ProjectSecretService,
         custom_llms: CustomLlms,
         vault: Vault,
     ) -> Template:
-        tab_scope.require_credentials("change custom LLMs")
-        enabled = (await tab_scope.form()).flag("enabled")
+        tab.scope.require_credentials("change custom LLMs")
+        enabled = (await tab.scope.form()).flag("enabled")
         await custom_llms_service.update_llm(
-            tab_scope.access.project,
+            tab.scope.access.project,
             name,
             CustomLlmUpdate(enabled=enabled),
             vault=vault,
             guard=custom_llms.guard,
         )
-        message = f"{name} is {'enabled' if enabled else 'disabled'}."
-        return await _tab(tab_scope, custom_llms_service, secrets_service).show(message)
+        return await tab.show(f"{name} is {'enabled' if enabled else 'disabled'}.")
 
     @post("/custom-llms/{name:str}/test")
     async def test_call(
         self,
-        tab_scope: TabScope,
+        tab: Tab,
         project_id: UUID,
         name: str,
         web_user: WebUser,
         custom_llms_service: CustomLlmService,
-        secrets_service: ProjectSecretService,
         custom_llms: CustomLlms,
     ) -> Template:
         """One real call to the endpoint; the answer is the result line alone."""
-        tab_scope.require_credentials("test custom LLMs")
+        tab.scope.require_credentials("test custom LLMs")
         result = await custom_llms.test(custom_llms_service, project_id, name)
-        if tab_scope.fragment:
+        if tab.scope.fragment:
             return render("console/partials/llm_test.html", web_user, result=result)
-        tab = _tab(tab_scope, custom_llms_service, secrets_service)
         return await tab.show(results={name: result})
 
     @post("/custom-llms/{name:str}/delete")
     async def delete(
-        self,
-        tab_scope: TabScope,
-        project_id: UUID,
-        name: str,
-        custom_llms_service: CustomLlmService,
-        secrets_service: ProjectSecretService,
+        self, tab: Tab, project_id: UUID, name: str, custom_llms_service: CustomLlmService
     ) -> Template:
-        tab_scope.require_credentials("delete custom LLMs")
+        tab.scope.require_credentials("delete custom LLMs")
         await custom_llms_service.delete_llm(project_id, name)
-        tab = _tab(tab_scope, custom_llms_service, secrets_service)
         return await tab.show(f"Custom LLM {name} deleted.")

@@ -12,23 +12,15 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, get, post
+from litestar import get, post
 from litestar.response import Template
 
-from app.domain.console.tab_support import (
-    TAB_SCOPE,
-    Forms,
-    FormState,
-    TabScope,
-    failure,
-    parse,
-)
+from app.domain.console.tab_support import Forms, FormState, Tab, TabPages, TabScope, parse, plain
 from app.domain.conversations.services import ConversationService
 from app.domain.paging import OffsetQuery
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.schemas import ProjectModelsIn
 from app.domain.profiles.services import ProjectModelsService
-from app.domain.web.pages import csrf_guard
 from app.lib.errors import AronaError
 from app.routing.profiles import ProfileTable
 
@@ -44,7 +36,6 @@ async def _models_context(
     catalog: ProfileCatalog,
     table: ProfileTable,
     *,
-    state: FormState | None = None,
     mode: str | None = None,
     checked: list[str] | None = None,
 ) -> dict[str, Any]:
@@ -69,49 +60,41 @@ async def _models_context(
         }
         for p in table
     ]
-    if state is None:
-        state = FormState(values={"defaultProfileId": settings.default_profile_id or ""})
-    forms = Forms({FORM: state})
+    state = FormState(values={"defaultProfileId": settings.default_profile_id or ""})
     return {
         "profiles": profiles,
         "mode": mode or ("all" if stored is None else "selected"),
         "stored_default": settings.default_profile_id,
         "catalog": runtime_view,
         "catalog_json": msgspec.json.format(msgspec.json.encode(runtime_view), indent=2).decode(),
-        "forms": forms,
+        "forms": Forms({FORM: state}),
     }
 
 
-class ModelsTab(Controller):
-    path = "/projects/{project_id:uuid}"
-    include_in_schema = False
-    guards = [csrf_guard]
-    dependencies = TAB_SCOPE
+def _models_tab(
+    tab_scope: TabScope,
+    project_models_service: ProjectModelsService,
+    profile_catalog: ProfileCatalog,
+    profile_table: ProfileTable,
+) -> Tab:
+    return tab_scope.tab(
+        MODELS,
+        lambda: _models_context(tab_scope, project_models_service, profile_catalog, profile_table),
+    )
 
-    @get("/tabs/models")
-    async def show(
-        self,
-        tab_scope: TabScope,
-        project_models_service: ProjectModelsService,
-        profile_catalog: ProfileCatalog,
-        profile_table: ProfileTable,
-    ) -> Template:
-        ctx = await _models_context(
-            tab_scope, project_models_service, profile_catalog, profile_table
-        )
-        return await tab_scope.render(MODELS, **ctx)
 
+class ModelsTab(TabPages, tab=_models_tab, key=MODELS):
     @post("/models")
     async def save(
         self,
-        tab_scope: TabScope,
+        tab: Tab,
         project_id: UUID,
         project_models_service: ProjectModelsService,
         profile_catalog: ProfileCatalog,
         profile_table: ProfileTable,
     ) -> Template:
-        tab_scope.require_project("change the project's model settings")
-        form = await tab_scope.form()
+        tab.scope.require_project("change the project's model settings")
+        form = await tab.scope.form()
         mode = "selected" if form.text("mode") == "selected" else "all"
         checked = form.all("enabledProfileIds")
         default = form.text("defaultProfileId")
@@ -125,31 +108,24 @@ class ModelsTab(Controller):
             )
             await project_models_service.put(project_id, data)
         except AronaError as exc:
-            state = failure(
-                exc, ("defaultProfileId", "enabledProfileIds"), {"defaultProfileId": default}
+            # The refused choice is shown, not the stored one.
+            refused = tab.scope.tab(
+                MODELS,
+                lambda: _models_context(
+                    tab.scope,
+                    project_models_service,
+                    profile_catalog,
+                    profile_table,
+                    mode=mode,
+                    checked=checked,
+                ),
             )
-            ctx = await _models_context(
-                tab_scope,
-                project_models_service,
-                profile_catalog,
-                profile_table,
-                state=state,
-                mode=mode,
-                checked=checked,
-            )
-            return await tab_scope.refused(MODELS, FORM, state, **ctx)
-        ctx = await _models_context(
-            tab_scope, project_models_service, profile_catalog, profile_table
-        )
-        return await tab_scope.render(MODELS, message="Model settings saved.", **ctx)
+            fields = ("defaultProfileId", "enabledProfileIds")
+            return await refused.refuse(FORM, exc, fields, {"defaultProfileId": default})
+        return await tab.show("Model settings saved.")
 
 
-class ConversationsTab(Controller):
-    path = "/projects/{project_id:uuid}"
-    include_in_schema = False
-    guards = [csrf_guard]
-    dependencies = TAB_SCOPE
-
+class ConversationsTab(TabPages):
     @get("/tabs/conversations")
     async def show(
         self,
@@ -163,14 +139,17 @@ class ConversationsTab(Controller):
         rows, total = await conversations_service.page(project_id, PAGE, offset, priority=priority)
         conversations = [
             {
-                "id": c.id,
-                "title": c.title,
-                "profile": c.model_profile_id,
-                "priority": c.priority,
-                "messages": c.message_count,
-                "forked_from": c.forked_from_id,
-                "created_at": c.created_at,
-                "updated_at": c.updated_at,
+                **plain(
+                    c,
+                    "id",
+                    "title",
+                    "priority",
+                    "created_at",
+                    "updated_at",
+                    profile="model_profile_id",
+                    messages="message_count",
+                    forked_from="forked_from_id",
+                ),
                 "pin": None
                 if pin is None
                 else {

@@ -28,6 +28,28 @@ TABS = (
 )
 
 
+async def _list(
+    web_user: WebUser,
+    projects_service: ProjectService,
+    *,
+    status_code: int = 200,
+    errors: dict[str, str] | None = None,
+    form: dict[str, str] | None = None,
+) -> Template:
+    """The projects the caller sees, with the create form (refilled after a refusal)."""
+    rows, total = await projects_service.visible_page(web_user.principal, PAGE_SIZE, 0)
+    return render(
+        "console/projects.html",
+        web_user,
+        status_code=status_code,
+        nav="projects",
+        projects=rows,
+        total=total,
+        errors=errors or {},
+        form=form,
+    )
+
+
 class ProjectPages(Controller):
     path = "/projects"
     include_in_schema = False
@@ -35,10 +57,7 @@ class ProjectPages(Controller):
 
     @get("/")
     async def list_projects(self, web_user: WebUser, projects_service: ProjectService) -> Template:
-        rows, total = await projects_service.visible_page(web_user.principal, PAGE_SIZE, 0)
-        return render(
-            "console/projects.html", web_user, nav="projects", projects=rows, total=total, errors={}
-        )
+        return await _list(web_user, projects_service)
 
     @post("/", status_code=HTTP_303_SEE_OTHER)
     async def create_project(
@@ -61,17 +80,8 @@ class ProjectPages(Controller):
                 return Redirect(
                     f"/projects/{project.id}/tabs/overview", status_code=HTTP_303_SEE_OTHER
                 )
-        rows, total = await projects_service.visible_page(web_user.principal, PAGE_SIZE, 0)
-        return render(
-            "console/projects.html",
-            web_user,
-            status_code=400,
-            nav="projects",
-            projects=rows,
-            total=total,
-            errors=errors,
-            form={"name": name, "slug": slug or ""},
-        )
+        typed = {"name": name, "slug": slug or ""}
+        return await _list(web_user, projects_service, status_code=400, errors=errors, form=typed)
 
     @get("/{project_id:uuid}", dependencies={"principal": Provide(provide_page_principal)})
     async def project_page(

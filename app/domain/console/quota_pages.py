@@ -8,24 +8,16 @@ import datetime
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, get, post
+from litestar import get, post
 from litestar.response import Template
 
 from app.domain.console.charts import bar_chart, column_chart
-from app.domain.console.tab_support import (
-    TAB_SCOPE,
-    Forms,
-    FormState,
-    TabScope,
-    failure,
-    parse,
-)
+from app.domain.console.tab_support import Forms, FormState, Tab, TabPages, TabScope, parse
 from app.domain.quotas.controllers import quota_out
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.schemas import LimitsOut, OwnerQuotaIn, WindowUsageOut
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
 from app.domain.usage.services import UsageFilters, UsageRecordService
-from app.domain.web.pages import csrf_guard
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
 
@@ -93,8 +85,7 @@ async def _context(
     quotas_service: ProjectQuotaService,
     quota_gate: QuotaGate,
     usage_service: UsageRecordService,
-    days: int = DEFAULT_DAYS,
-    forms: Forms | None = None,
+    days: int,
 ) -> dict[str, Any]:
     project_id = scope.project.id
     row = await quotas_service.of_project(project_id)
@@ -113,14 +104,11 @@ async def _context(
                 "resets_at": usage.resets_at,
             }
         )
-    forms = forms or Forms()
-    if FORM not in forms:
-        current = {w["wire"]: "" if w["owner"] is None else str(w["owner"]) for w in windows}
-        forms[FORM] = FormState(values=current)
+    current = {w["wire"]: "" if w["owner"] is None else str(w["owner"]) for w in windows}
     return {
         "windows": windows,
         "fail_closed": quota.fail_closed,
-        "forms": forms,
+        "forms": Forms({FORM: FormState(values=current)}),
         **await _usage(usage_service, project_id, days),
     }
 
@@ -129,12 +117,18 @@ def _period(days: int | None) -> int:
     return days if days in PERIODS else DEFAULT_DAYS
 
 
-class QuotaTab(Controller):
-    path = "/projects/{project_id:uuid}"
-    include_in_schema = False
-    guards = [csrf_guard]
-    dependencies = TAB_SCOPE
+def _tab(
+    scope: TabScope,
+    quotas_service: ProjectQuotaService,
+    quota_gate: QuotaGate,
+    usage_service: UsageRecordService,
+    days: int,
+) -> Tab:
+    """The tab with the usage of the last ``days``."""
+    return scope.tab(KEY, lambda: _context(scope, quotas_service, quota_gate, usage_service, days))
 
+
+class QuotaTab(TabPages):
     @get("/tabs/quota")
     async def show(
         self,
@@ -144,10 +138,9 @@ class QuotaTab(Controller):
         usage_records_service: UsageRecordService,
         days: int | None = None,
     ) -> Template:
-        ctx = await _context(
+        return await _tab(
             tab_scope, project_quotas_service, quota_gate, usage_records_service, _period(days)
-        )
-        return await tab_scope.render(KEY, **ctx)
+        ).show()
 
     @post("/quota")
     async def set_owner_limits(
@@ -160,21 +153,14 @@ class QuotaTab(Controller):
     ) -> Template:
         tab_scope.require_project("change the project's quota")
         form = await tab_scope.form()
-        values = {wire: form.text(wire) for wire, _, _, _ in WINDOWS}
+        values = form.texts(*(wire for wire, _, _, _ in WINDOWS))
         days = _period(int(form.text("days")) if form.text("days").isdigit() else None)
+        tab = _tab(tab_scope, project_quotas_service, quota_gate, usage_records_service, days)
         try:
             data = parse(OwnerQuotaIn, {k: (v or None) for k, v in values.items()})
             await project_quotas_service.set_owner_limits(
                 project_id, WindowValues(data.per_minute, data.per_day, data.per_month)
             )
         except AronaError as exc:
-            state = failure(exc, values, values)
-            forms = Forms({FORM: state})
-            ctx = await _context(
-                tab_scope, project_quotas_service, quota_gate, usage_records_service, days, forms
-            )
-            return await tab_scope.refused(KEY, FORM, state, **ctx)
-        ctx = await _context(
-            tab_scope, project_quotas_service, quota_gate, usage_records_service, days
-        )
-        return await tab_scope.render(KEY, message="Your limits are saved.", **ctx)
+            return await tab.refuse(FORM, exc, values, values)
+        return await tab.show("Your limits are saved.")

@@ -7,17 +7,16 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, get, post
+from litestar import post
 from litestar.response import Template
 
-from app.domain.console.tab_support import TAB_SCOPE, Forms, Tab, TabScope, compact, parse
+from app.domain.console.tab_support import Tab, TabPages, TabScope, compact, parse, plain
 from app.domain.conversations.services import ConversationService
 from app.domain.overrides.schemas import OverrideCreate
 from app.domain.overrides.services import OverrideService
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.secrets.schemas import SecretCreate, SecretValueIn
 from app.domain.secrets.services import ProjectSecretService
-from app.domain.web.pages import csrf_guard
 from app.lib.errors import AronaError, ConflictError
 from app.lib.vault import Vault
 
@@ -27,25 +26,18 @@ SHOWN = 500
 RECENT_CONVERSATIONS = 50
 
 
-async def _secrets_context(
-    scope: TabScope, service: ProjectSecretService, forms: Forms | None = None
-) -> dict[str, Any]:
+async def _secrets_context(scope: TabScope, service: ProjectSecretService) -> dict[str, Any]:
     project_id = scope.project.id
     rows, total = await service.page(project_id, SHOWN, 0)
     users = await service.users_of(project_id, [r.id for r in rows])
     secrets = [
         {
-            "id": r.id,
-            "name": r.name,
-            "description": r.description,
-            "hint": r.hint,
-            "created_at": r.created_at,
-            "rotated_at": r.rotated_at,
+            **plain(r, "id", "name", "description", "hint", "created_at", "rotated_at"),
             "used_by": [u.name for u in users.get(r.id, [])],
         }
         for r in rows
     ]
-    return {"secrets": secrets, "secrets_total": total, "forms": forms or Forms()}
+    return {"secrets": secrets, "secrets_total": total}
 
 
 async def _overrides_context(
@@ -53,7 +45,6 @@ async def _overrides_context(
     service: OverrideService,
     conversations_service: ConversationService,
     profile_catalog: ProfileCatalog,
-    forms: Forms | None = None,
 ) -> dict[str, Any]:
     project_id = scope.project.id
     rows, total = await service.page(project_id, SHOWN, 0)
@@ -61,64 +52,43 @@ async def _overrides_context(
     catalog = await profile_catalog.catalog(project_id)
     return {
         "overrides": [
-            {
-                "id": r.id,
-                "conversation_id": r.conversation_id,
-                "model_id": r.model_prefix,
-                "hint": r.key_hint,
-                "created_at": r.created_at,
-            }
+            plain(
+                r, "id", "conversation_id", "created_at", model_id="model_prefix", hint="key_hint"
+            )
             for r in rows
         ],
         "overrides_total": total,
         "recent_conversations": [(str(c.id), c.title) for c, _ in recent],
         "model_ids": [llm.id for llm in catalog.llms],
-        "forms": forms or Forms(),
     }
 
 
-def _secrets_tab(scope: TabScope, service: ProjectSecretService) -> Tab:
-    return scope.tab(SECRETS, lambda: _secrets_context(scope, service))
+def _secrets_tab(tab_scope: TabScope, secrets_service: ProjectSecretService) -> Tab:
+    return tab_scope.tab(SECRETS, lambda: _secrets_context(tab_scope, secrets_service))
 
 
 def _overrides_tab(
-    scope: TabScope,
-    service: OverrideService,
+    tab_scope: TabScope,
+    overrides_service: OverrideService,
     conversations_service: ConversationService,
     profile_catalog: ProfileCatalog,
 ) -> Tab:
-    return scope.tab(
+    return tab_scope.tab(
         OVERRIDES,
-        lambda: _overrides_context(scope, service, conversations_service, profile_catalog),
+        lambda: _overrides_context(
+            tab_scope, overrides_service, conversations_service, profile_catalog
+        ),
     )
 
 
-class SecretsTab(Controller):
-    path = "/projects/{project_id:uuid}"
-    include_in_schema = False
-    guards = [csrf_guard]
-    dependencies = TAB_SCOPE
-
-    @get("/tabs/secrets")
-    async def show(
-        self,
-        tab_scope: TabScope,
-        secrets_service: ProjectSecretService,
-    ) -> Template:
-        return await _secrets_tab(tab_scope, secrets_service).show()
-
+class SecretsTab(TabPages, tab=_secrets_tab, key=SECRETS):
     @post("/secrets")
     async def add(
-        self,
-        tab_scope: TabScope,
-        project_id: UUID,
-        secrets_service: ProjectSecretService,
-        vault: Vault,
+        self, tab: Tab, project_id: UUID, secrets_service: ProjectSecretService, vault: Vault
     ) -> Template:
-        tab = _secrets_tab(tab_scope, secrets_service)
-        tab_scope.require_credentials("create secrets")
-        form = await tab_scope.form()
-        values = {"name": form.text("name"), "description": form.text("description")}
+        tab.scope.require_credentials("create secrets")
+        form = await tab.scope.form()
+        values = form.texts("name", "description")
         try:
             data = parse(SecretCreate, {**compact(values), "value": form.secret("value")})
             await secrets_service.create_secret(
@@ -135,15 +105,14 @@ class SecretsTab(Controller):
     @post("/secrets/{secret_id:uuid}/rotate")
     async def rotate(
         self,
-        tab_scope: TabScope,
+        tab: Tab,
         project_id: UUID,
         secret_id: UUID,
         secrets_service: ProjectSecretService,
         vault: Vault,
     ) -> Template:
-        tab = _secrets_tab(tab_scope, secrets_service)
-        tab_scope.require_credentials("change secrets")
-        form = await tab_scope.form()
+        tab.scope.require_credentials("change secrets")
+        form = await tab.scope.form()
         try:
             data = parse(SecretValueIn, {"value": form.secret("value")})
             row = await secrets_service.replace_value(project_id, secret_id, data.value, vault)
@@ -153,14 +122,9 @@ class SecretsTab(Controller):
 
     @post("/secrets/{secret_id:uuid}/delete")
     async def delete(
-        self,
-        tab_scope: TabScope,
-        project_id: UUID,
-        secret_id: UUID,
-        secrets_service: ProjectSecretService,
+        self, tab: Tab, project_id: UUID, secret_id: UUID, secrets_service: ProjectSecretService
     ) -> Template:
-        tab = _secrets_tab(tab_scope, secrets_service)
-        tab_scope.require_credentials("delete secrets")
+        tab.scope.require_credentials("delete secrets")
         try:
             await secrets_service.delete_secret(project_id, secret_id)
         except ConflictError as exc:
@@ -169,37 +133,14 @@ class SecretsTab(Controller):
         return await tab.show("Secret deleted.")
 
 
-class OverridesTab(Controller):
-    path = "/projects/{project_id:uuid}"
-    include_in_schema = False
-    guards = [csrf_guard]
-    dependencies = TAB_SCOPE
-
-    @get("/tabs/overrides")
-    async def show(
-        self,
-        tab_scope: TabScope,
-        overrides_service: OverrideService,
-        conversations_service: ConversationService,
-        profile_catalog: ProfileCatalog,
-    ) -> Template:
-        tab = _overrides_tab(tab_scope, overrides_service, conversations_service, profile_catalog)
-        return await tab.show()
-
+class OverridesTab(TabPages, tab=_overrides_tab, key=OVERRIDES):
     @post("/overrides")
     async def add(
-        self,
-        tab_scope: TabScope,
-        project_id: UUID,
-        overrides_service: OverrideService,
-        conversations_service: ConversationService,
-        profile_catalog: ProfileCatalog,
-        vault: Vault,
+        self, tab: Tab, project_id: UUID, overrides_service: OverrideService, vault: Vault
     ) -> Template:
-        tab = _overrides_tab(tab_scope, overrides_service, conversations_service, profile_catalog)
-        tab_scope.require_credentials("create override keys")
-        form = await tab_scope.form()
-        values = {"conversationId": form.text("conversationId"), "modelId": form.text("modelId")}
+        tab.scope.require_credentials("create override keys")
+        form = await tab.scope.form()
+        values = form.texts("conversationId", "modelId")
         try:
             data = parse(OverrideCreate, {**values, "apiKey": form.secret("apiKey").strip()})
             await overrides_service.create_override(project_id, data, vault)
@@ -210,15 +151,8 @@ class OverridesTab(Controller):
 
     @post("/overrides/{override_id:uuid}/delete")
     async def delete(
-        self,
-        tab_scope: TabScope,
-        project_id: UUID,
-        override_id: UUID,
-        overrides_service: OverrideService,
-        conversations_service: ConversationService,
-        profile_catalog: ProfileCatalog,
+        self, tab: Tab, project_id: UUID, override_id: UUID, overrides_service: OverrideService
     ) -> Template:
-        tab = _overrides_tab(tab_scope, overrides_service, conversations_service, profile_catalog)
-        tab_scope.require_credentials("delete override keys")
+        tab.scope.require_credentials("delete override keys")
         await overrides_service.delete_override(project_id, override_id)
         return await tab.show("Override key deleted.")

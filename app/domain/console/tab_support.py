@@ -18,15 +18,16 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import msgspec
-from litestar import Request
+from litestar import Controller, Request, get
 from litestar.di import Provide
+from litestar.handlers import HTTPRouteHandler
 from litestar.response import Template
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.console.project_pages import TABS
 from app.domain.projects.services import ProjectAccess, ProjectService
-from app.domain.web.pages import WebUser, is_htmx, provide_page_principal, render, toast
+from app.domain.web.pages import WebUser, csrf_guard, is_htmx, provide_page_principal, render, toast
 from app.lib.errors import AronaError, BadRequestError
 
 T = TypeVar("T")
@@ -87,6 +88,10 @@ class FormData:
         values = self._values.get(name)
         return values[-1].strip("\r\n") if values else ""
 
+    def texts(self, *names: str) -> dict[str, str]:
+        """The text values of ``names``, as the form is rendered again with them."""
+        return {name: self.text(name) for name in names}
+
     def all(self, name: str) -> list[str]:
         return [v.strip() for v in self._values.get(name, []) if v.strip()]
 
@@ -119,6 +124,15 @@ class Forms(dict[str, FormState]):
 
     def __missing__(self, key: str) -> FormState:
         return FormState()
+
+
+def plain(row: object, *names: str, **renamed: str) -> dict[str, Any]:
+    """A table row of a tab: attributes of ``row`` copied out (the template must not
+    touch a stored row, which a rollback expires), ``names`` under their own names and
+    ``renamed`` as ``key="attribute"``."""
+    values = {name: getattr(row, name) for name in names}
+    values.update({key: getattr(row, attr) for key, attr in renamed.items()})
+    return values
 
 
 def compact(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,21 +253,17 @@ class TabScope:
             **template_helpers(),
         }
         template = f"console/tabs/{key}.html"
-        if self.fragment:
-            response = render(
-                template, self.web_user, status_code=status, oob=True, **shared, **context
-            )
-        else:
-            response = render(
-                "console/project.html",
-                self.web_user,
-                status_code=status,
-                nav="projects",
-                tab_template=template,
-                oob=False,
-                **shared,
-                **context,
-            )
+        # A swap gets the tab alone; otherwise the project page has it in it.
+        page = {} if self.fragment else {"nav": "projects", "tab_template": template}
+        response = render(
+            template if self.fragment else "console/project.html",
+            self.web_user,
+            status_code=status,
+            oob=self.fragment,
+            **page,
+            **shared,
+            **context,
+        )
         if message:
             response.headers.update(toast(message, level))
         return response
@@ -294,7 +304,10 @@ class Tab:
         values: Mapping[str, str] | None = None,
     ) -> Template:
         """Form ``name`` refused with ``exc`` (see :func:`failure`), shown in the tab."""
-        state = failure(exc, fields, values)
+        return await self.reject(name, failure(exc, fields, values))
+
+    async def reject(self, name: str, state: FormState) -> Template:
+        """Form ``name`` shown in the tab in ``state`` (a refusal the page decided)."""
         return await self.scope.refused(self.key, name, state, **await self.load())
 
 
@@ -316,6 +329,39 @@ async def open_tab(
 
 # A tab's handlers take ``tab_scope`` (``scope`` is Litestar's name for the ASGI scope).
 TAB_SCOPE = {"tab_scope": Provide(open_tab), "principal": Provide(provide_page_principal)}
+
+
+def _tab_page(key: str) -> HTTPRouteHandler:
+    """``GET /tabs/{key}``: the tab as loaded now."""
+
+    async def show(self: Controller, tab: Tab) -> Template:
+        return await tab.show()
+
+    return get(f"/tabs/{key}")(show)
+
+
+class TabPages(Controller):
+    """The controller of a tab: under the project's address, out of the API schema,
+    writes checked by ``csrf_guard``, handlers given ``tab_scope``.
+
+    ``class KeysTab(TabPages, tab=provide, key="keys")``: its handlers also take ``tab``,
+    which ``provide`` builds from ``tab_scope`` and the services it names, and with
+    ``key`` it answers ``GET /tabs/keys`` with that tab.
+    """
+
+    path = "/projects/{project_id:uuid}"
+    include_in_schema = False
+    guards = [csrf_guard]
+    dependencies = TAB_SCOPE
+
+    def __init_subclass__(
+        cls, *, tab: Callable[..., Tab] | None = None, key: str = "", **kwargs: Any
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if tab is not None:
+            cls.dependencies = {**TAB_SCOPE, "tab": Provide(tab, sync_to_thread=False)}
+        if key:
+            setattr(cls, "show", _tab_page(key))  # noqa: B010 (a handler the class lacks)
 
 
 def template_helpers() -> dict[str, Any]:
