@@ -22,9 +22,9 @@ Routes::
     GET  /admin/stream/backends   GET /admin/stream/failover     (text/event-stream)
     GET  /admin/agents      POST /admin/agents      DELETE /admin/agents/{id}
     POST /admin/agent-deployments                 POST /admin/agent-deployments/{id}/stop
-    GET  /admin/stream/agents                     (text/event-stream; see ``agent_pages``)
+    GET  /admin/stream/agents                     (text/event-stream; ``FEEDS`` below)
     GET  /admin/video       GET /admin/video/rows      POST /admin/video/{job_id}/cancel
-    GET  /admin/stream/video                      (text/event-stream; see ``video_pages``)
+    GET  /admin/stream/video                      (text/event-stream; ``FEEDS`` below)
 """
 
 from __future__ import annotations
