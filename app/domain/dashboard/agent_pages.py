@@ -9,7 +9,7 @@ Routes::
     DELETE /admin/agents/{id}                 delete it (its socket closes)
     POST   /admin/agent-deployments           deploy (an agent, or "least loaded")
     POST   /admin/agent-deployments/{id}/stop
-    GET    /admin/stream/agents               text/event-stream (``AgentsFeed``)
+    GET    /admin/stream/agents               text/event-stream (``AgentsFeed``, in ``pages``)
 """
 
 from __future__ import annotations
@@ -18,38 +18,31 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Request, delete, get, post
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.domain.agents.schemas import AgentCreate, DeployIn
 from app.domain.agents.services import AgentNodeService
 from app.domain.agents.setup import Agents
-from app.domain.dashboard.agent_views import AgentsFeed, agents_view
+from app.domain.dashboard.agent_views import agents_view
 from app.domain.dashboard.common import (
+    DashboardController,
     admin_page,
     db_config_of,
-    form_status,
-    fragment,
+    form_fragment,
     notify,
-    template_renderer,
     text,
 )
-from app.domain.dashboard.stream import EventStreamResponse, feed_events
-from app.domain.web.pages import WebUser, csrf_guard, is_htmx
+from app.domain.web.pages import WebUser, is_htmx
 from app.lib.errors import AronaError
-from app.lib.events.base import EventBus
 
 CREATE_TEMPLATE = "dashboard/partials/agent_create.html"
 DEPLOY_TEMPLATE = "dashboard/partials/agent_deploy_form.html"
 LEAST_LOADED = "least-loaded"
 
 
-class AgentPages(Controller):
-    path = "/admin"
-    include_in_schema = False
-    guards = [csrf_guard]
-
+class AgentPages(DashboardController):
     @get("/agents")
     async def agents_page(
         self, request: Request[Any, Any, Any], web_admin: WebUser, agents: Agents
@@ -94,10 +87,10 @@ class AgentPages(Controller):
                 created = {"name": row.name, "token": token}
                 headers = notify(f"Agent {row.name} created.", "success", "agents-changed")
                 values = {}
-        return fragment(
+        return form_fragment(
+            request,
             CREATE_TEMPLATE,
             web_admin,
-            status_code=form_status(request, errors),
             headers=headers,
             values=values,
             errors=errors,
@@ -140,10 +133,10 @@ class AgentPages(Controller):
                     headers = notify(f"Deploying {row.model_id}.", "success", "agents-changed")
                     values = {"model_id": "", "agent_id": chosen}
         view = await agents_view(db_config_of(request), agents.offline_seconds)
-        return fragment(
+        return form_fragment(
+            request,
             DEPLOY_TEMPLATE,
             web_admin,
-            status_code=form_status(request, errors),
             headers=headers,
             view=view,
             values=values,
@@ -154,18 +147,3 @@ class AgentPages(Controller):
     async def stop(self, deployment_id: UUID, web_admin: WebUser, agents: Agents) -> Response[str]:
         row = await agents.deployer.stop(deployment_id)
         return Response("", headers=notify(f"Stopping {row.model_id}."))
-
-    @get("/stream/agents")
-    async def agents_stream(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        event_bus: EventBus,
-        agents: Agents,
-    ) -> EventStreamResponse:
-        feed = AgentsFeed(
-            db_config=db_config_of(request),
-            offline_seconds=agents.offline_seconds,
-            render=template_renderer(request),
-        )
-        return EventStreamResponse(feed_events(event_bus, feed))

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Request, delete, get, post
+from litestar.di import Provide
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
@@ -23,9 +24,10 @@ from app.domain.backends.services import AliasService, BackendConfigService, bac
 from app.domain.backends.sync import EvernightUnreachableError, RoutingConfigSync
 from app.domain.dashboard.backend_views import BackendView, backend_view, backend_views
 from app.domain.dashboard.common import (
+    DashboardController,
     admin_page,
     checked,
-    form_status,
+    form_fragment,
     fragment,
     items,
     notify,
@@ -33,7 +35,7 @@ from app.domain.dashboard.common import (
     text,
     validation_field,
 )
-from app.domain.web.pages import WebUser, csrf_guard, is_htmx
+from app.domain.web.pages import WebUser, is_htmx
 from app.lib.errors import BadRequestError
 from app.lib.vault import Vault, VaultError
 from app.routing.backends.factory import BACKEND_KINDS
@@ -119,18 +121,23 @@ async def _verify_tunnel(
 
 
 async def _views(
-    service: BackendConfigService, registry: BackendRegistry, metrics: VllmMetricsCache
+    web_admin: WebUser,
+    backend_configs_service: BackendConfigService,
+    backend_registry: BackendRegistry,
+    vllm_metrics: VllmMetricsCache,
 ) -> list[BackendView]:
-    rows = sorted(await service.get_many(), key=lambda r: r.name)
-    return await backend_views(rows, registry, metrics)
+    """Every stored backend with its live state, by name (the ``pool`` the page and
+    its rows fragment share). It takes ``web_admin`` so that it is resolved after the
+    admin check, not before it nor at the same time on the request's session."""
+    rows = sorted(await backend_configs_service.get_many(), key=lambda r: r.name)
+    return await backend_views(rows, backend_registry, vllm_metrics)
 
 
 def _refused(
     request: Request[Any, Any, Any], web_admin: WebUser, context: dict[str, Any]
 ) -> Template:
     """The form again with its errors (400 without htmx)."""
-    status = form_status(request, context["errors"])
-    return fragment(FORM_TEMPLATE, web_admin, status_code=status, **context)
+    return form_fragment(request, FORM_TEMPLATE, web_admin, **context)
 
 
 def _saved(
@@ -147,38 +154,23 @@ def _saved(
     )
 
 
-class BackendPages(Controller):
-    path = "/admin"
-    include_in_schema = False
-    guards = [csrf_guard]
+class BackendPages(DashboardController):
+    dependencies = {"pool": Provide(_views)}
 
     @get("/backends")
-    async def backends_page(
-        self,
-        web_admin: WebUser,
-        backend_configs_service: BackendConfigService,
-        backend_registry: BackendRegistry,
-        vllm_metrics: VllmMetricsCache,
-    ) -> Template:
-        views = await _views(backend_configs_service, backend_registry, vllm_metrics)
+    async def backends_page(self, web_admin: WebUser, pool: list[BackendView]) -> Template:
         return admin_page(
             "dashboard/backends.html",
             web_admin,
             "backends",
-            backends=views,
+            backends=pool,
             **_form_context("external", {}, {}),
         )
 
     @get("/backend-rows")
-    async def backend_rows(
-        self,
-        web_admin: WebUser,
-        backend_configs_service: BackendConfigService,
-        backend_registry: BackendRegistry,
-        vllm_metrics: VllmMetricsCache,
-    ) -> Template:
-        views = await _views(backend_configs_service, backend_registry, vllm_metrics)
-        return fragment("dashboard/partials/backend_rows.html", web_admin, backends=views)
+    async def backend_rows(self, web_admin: WebUser, pool: list[BackendView]) -> Template:
+        template = "dashboard/partials/backend_rows.html"
+        return fragment(template, web_admin, backends=pool)
 
     @get("/backend-form")
     async def backend_form(
@@ -301,10 +293,8 @@ def _edit_context(
     )
 
 
-class AliasPages(Controller):
+class AliasPages(DashboardController):
     path = "/admin/aliases"
-    include_in_schema = False
-    guards = [csrf_guard]
 
     @get("/")
     async def aliases_page(self, web_admin: WebUser, aliases_service: AliasService) -> Template:
@@ -345,10 +335,10 @@ class AliasPages(Controller):
                 await aliases_service.set_alias(alias, target)
                 headers, values = notify(f"{alias} now stands for {target}."), {}
         rows, total = await aliases_service.page(ALIAS_PAGE, 0)
-        return fragment(
+        return form_fragment(
+            request,
             "dashboard/partials/alias_section.html",
             web_admin,
-            status_code=form_status(request, errors),
             headers=headers,
             aliases=rows,
             total=total,

@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
-from litestar import Request
+from litestar import Controller, Request
 from litestar.response import Template
 
 from app.domain.dashboard.feeds import Render
-from app.domain.web.pages import WebUser, is_htmx, render
+from app.domain.web.pages import WebUser, csrf_guard, is_htmx, render
 from app.lib.clock import utcnow
 
 SECTIONS = (
@@ -34,6 +34,15 @@ SECTIONS = (
 _LIST_SPLIT = re.compile(r"[,\n]")
 _FIELD_IN_PATH = re.compile(r"at `\$\.([A-Za-z_]+)")
 _BOUND = re.compile(r"Expected `(int|str|array)`(?: of length)? (>=|<=|>|<) (\d+)")
+
+
+class DashboardController(Controller):
+    """Dashboard pages: under ``/admin``, out of the OpenAPI schema, unsafe methods
+    checked by ``csrf_guard``."""
+
+    path = "/admin"
+    include_in_schema = False
+    guards = [csrf_guard]
 
 
 def admin_page(template: str, web_user: WebUser, section: str, **context: Any) -> Template:
@@ -61,6 +70,22 @@ def fragment(
     if headers:
         response.headers.update(headers)
     return response
+
+
+def form_fragment(
+    request: Request[Any, Any, Any],
+    template: str,
+    web_user: WebUser,
+    *,
+    errors: Mapping[str, str],
+    headers: Mapping[str, str] | None = None,
+    **context: Any,
+) -> Template:
+    """A form's fragment with each error next to its field (see ``form_status``)."""
+    status = form_status(request, errors)
+    return fragment(
+        template, web_user, status_code=status, headers=headers, errors=errors, **context
+    )
 
 
 def form_status(request: Request[Any, Any, Any], errors: Mapping[str, str]) -> int:

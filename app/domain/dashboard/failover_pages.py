@@ -6,23 +6,26 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, delete, get, post
+from litestar import Request, delete, get, post
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.domain.backends.failover import FailoverControl
 from app.domain.conversations.pins import FallbackPinService, pin_not_found
-from app.domain.dashboard.common import admin_page, db_config_of, fragment, notify, text
+from app.domain.dashboard.common import (
+    DashboardController,
+    admin_page,
+    db_config_of,
+    fragment,
+    notify,
+    text,
+)
 from app.domain.dashboard.failover_views import pin_views, status_views
-from app.domain.web.pages import WebUser, csrf_guard, is_htmx
+from app.domain.web.pages import WebUser, is_htmx
 from app.routing.profiles import ProfileTable
 
 
-class FailoverPages(Controller):
-    path = "/admin"
-    include_in_schema = False
-    guards = [csrf_guard]
-
+class FailoverPages(DashboardController):
     @get("/failover")
     async def failover_page(
         self,

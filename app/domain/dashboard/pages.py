@@ -22,36 +22,48 @@ Routes::
     GET  /admin/stream/backends   GET /admin/stream/failover     (text/event-stream)
     GET  /admin/agents      POST /admin/agents      DELETE /admin/agents/{id}
     POST /admin/agent-deployments                 POST /admin/agent-deployments/{id}/stop
-    GET  /admin/stream/agents                     (text/event-stream; see ``agent_pages``)
+    GET  /admin/stream/agents                     (text/event-stream; ``FEEDS`` below)
     GET  /admin/video       GET /admin/video/rows      POST /admin/video/{job_id}/cancel
-    GET  /admin/stream/video                      (text/event-stream; see ``video_pages``)
+    GET  /admin/stream/video                      (text/event-stream; ``FEEDS`` below)
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
-from litestar import Controller, Request, get
+from litestar import Request, Router, get
+from litestar.di import Provide
+from litestar.handlers import HTTPRouteHandler
 from litestar.response import Template
 from litestar.types import ControllerRouterHandler
 
+from app.domain.agents.setup import Agents
 from app.domain.backends.failover import FailoverControl
 from app.domain.backends.services import BackendConfigService
 from app.domain.conversations.pins import FallbackPinService
 from app.domain.dashboard.agent_pages import AgentPages
+from app.domain.dashboard.agent_views import AgentsFeed
 from app.domain.dashboard.backend_pages import AliasPages, BackendPages
-from app.domain.dashboard.common import admin_page, db_config_of, template_renderer
+from app.domain.dashboard.common import (
+    DashboardController,
+    admin_page,
+    db_config_of,
+    template_renderer,
+)
 from app.domain.dashboard.failover_pages import FailoverPages
 from app.domain.dashboard.failover_views import status_views
 from app.domain.dashboard.feeds import BackendsFeed, FailoverFeed
 from app.domain.dashboard.profile_pages import ProfilePages
 from app.domain.dashboard.project_pages import ProjectQuotaPages, UsagePages
-from app.domain.dashboard.stream import EventStreamResponse, feed_events
+from app.domain.dashboard.stream import EventStreamResponse, Feed, feed_events
 from app.domain.dashboard.usage import usage_totals
 from app.domain.dashboard.video_pages import VideoPages
+from app.domain.dashboard.video_views import VideoFeed
 from app.domain.projects.services import ProjectService
-from app.domain.web.pages import WebUser, csrf_guard
+from app.domain.video.facade import VideoJobs
+from app.domain.web.pages import WebUser
 from app.lib.clock import utcnow
 from app.lib.events.base import EventBus
 from app.routing.profiles import ProfileTable
@@ -59,11 +71,7 @@ from app.routing.registry import BackendRegistry
 from app.routing.vllm_metrics import VllmMetricsCache
 
 
-class DashboardPages(Controller):
-    path = "/admin"
-    include_in_schema = False
-    guards = [csrf_guard]
-
+class DashboardPages(DashboardController):
     @get("/")
     async def overview(
         self,
@@ -96,50 +104,75 @@ class DashboardPages(Controller):
         )
 
 
-class DashboardStreams(Controller):
-    """One SSE stream per live page (see ``app.domain.dashboard.stream`` and ``feeds``)."""
+def _backends_feed(
+    request: Request[Any, Any, Any],
+    backend_registry: BackendRegistry,
+    vllm_metrics: VllmMetricsCache,
+) -> BackendsFeed:
+    return BackendsFeed(
+        db_config=db_config_of(request),
+        registry=backend_registry,
+        metrics=vllm_metrics,
+        render=template_renderer(request),
+    )
 
-    path = "/admin/stream"
-    include_in_schema = False
 
-    @get("/backends")
-    async def backends_stream(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        event_bus: EventBus,
-        backend_registry: BackendRegistry,
-        vllm_metrics: VllmMetricsCache,
-    ) -> EventStreamResponse:
-        feed = BackendsFeed(
-            db_config=db_config_of(request),
-            registry=backend_registry,
-            metrics=vllm_metrics,
-            render=template_renderer(request),
-        )
+def _failover_feed(
+    request: Request[Any, Any, Any], failover_control: FailoverControl, profile_table: ProfileTable
+) -> FailoverFeed:
+    return FailoverFeed(
+        db_config=db_config_of(request),
+        control=failover_control,
+        profiles=profile_table,
+        render=template_renderer(request),
+    )
+
+
+def _agents_feed(request: Request[Any, Any, Any], agents: Agents) -> AgentsFeed:
+    return AgentsFeed(
+        db_config=db_config_of(request),
+        offline_seconds=agents.offline_seconds,
+        render=template_renderer(request),
+    )
+
+
+def _video_feed(request: Request[Any, Any, Any], video_jobs: VideoJobs) -> VideoFeed:
+    return VideoFeed(jobs=video_jobs, render=template_renderer(request))
+
+
+# Each live page's feed, built per request from the app's dependencies.
+FEEDS: dict[str, Callable[..., Feed]] = {
+    "backends": _backends_feed,
+    "failover": _failover_feed,
+    "agents": _agents_feed,
+    "video": _video_feed,
+}
+
+
+def _stream_handler(page: str, build: Callable[..., Feed]) -> HTTPRouteHandler:
+    """``GET /admin/stream/<page>``: the page's feed as an SSE stream (see
+    ``app.domain.dashboard.stream``); ``web_admin`` turns away anyone else."""
+
+    @get(
+        f"/{page}",
+        name=f"{page}_stream",
+        dependencies={"feed": Provide(build, sync_to_thread=False)},
+    )
+    async def stream(web_admin: WebUser, event_bus: EventBus, feed: Feed) -> EventStreamResponse:
         return EventStreamResponse(feed_events(event_bus, feed))
 
-    @get("/failover")
-    async def failover_stream(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        event_bus: EventBus,
-        failover_control: FailoverControl,
-        profile_table: ProfileTable,
-    ) -> EventStreamResponse:
-        feed = FailoverFeed(
-            db_config=db_config_of(request),
-            control=failover_control,
-            profiles=profile_table,
-            render=template_renderer(request),
-        )
-        return EventStreamResponse(feed_events(event_bus, feed))
+    return stream
+
+
+def dashboard_streams() -> Router:
+    """One SSE stream per live page."""
+    handlers = [_stream_handler(page, build) for page, build in FEEDS.items()]
+    return Router("/admin/stream", route_handlers=handlers, include_in_schema=False)
 
 
 DASHBOARD_ROUTES: tuple[ControllerRouterHandler, ...] = (
     DashboardPages,
-    DashboardStreams,
+    dashboard_streams(),
     BackendPages,
     AliasPages,
     ProfilePages,

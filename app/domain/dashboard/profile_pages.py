@@ -4,16 +4,17 @@ and ``ProfileSync``, exactly as ``/api/admin/model-profiles`` does."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Request, delete, get, post
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.db.models import ModelProfile
 from app.domain.dashboard.common import (
+    DashboardController,
     admin_page,
     checked,
     form_status,
@@ -26,7 +27,7 @@ from app.domain.dashboard.common import (
 )
 from app.domain.profiles.schemas import ProfileCreate, ProfileUpdate
 from app.domain.profiles.services import ModelProfileService
-from app.domain.web.pages import WebUser, csrf_guard, is_htmx
+from app.domain.web.pages import WebUser, is_htmx
 from app.lib.errors import AronaError
 
 FORM_TEMPLATE = "dashboard/partials/profile_form.html"
@@ -119,6 +120,27 @@ def _blank() -> dict[str, Any]:
     return {"enabled": True, "context_window_tokens": "8192", "max_output_tokens": "2048"}
 
 
+async def _profiles(service: ModelProfileService) -> Sequence[ModelProfile]:
+    rows, _ = await service.page(PROFILE_PAGE, 0)
+    return rows
+
+
+def _form_context(
+    profiles: Sequence[ModelProfile],
+    mode: str,
+    values: dict[str, Any] | None,
+    errors: dict[str, str] | None,
+) -> dict[str, Any]:
+    """What the form shows; ``profiles`` are the fallback choices."""
+    return {
+        "mode": mode,
+        "values": values if values is not None else _blank(),
+        "errors": errors or {},
+        "choices": [p.id for p in profiles],
+        "score_choices": SCORE_CHOICES,
+    }
+
+
 def _form(
     web_user: WebUser,
     profiles: Sequence[ModelProfile],
@@ -129,17 +151,8 @@ def _form(
     status_code: int = 200,
     headers: dict[str, str] | None = None,
 ) -> Template:
-    return fragment(
-        FORM_TEMPLATE,
-        web_user,
-        status_code=status_code,
-        headers=headers,
-        mode=mode,
-        values=values if values is not None else _blank(),
-        errors=errors or {},
-        choices=[p.id for p in profiles],
-        score_choices=SCORE_CHOICES,
-    )
+    context = _form_context(profiles, mode, values, errors)
+    return fragment(FORM_TEMPLATE, web_user, status_code=status_code, headers=headers, **context)
 
 
 def _schema_error(exc: Exception) -> dict[str, str]:
@@ -151,24 +164,40 @@ def _schema_error(exc: Exception) -> dict[str, str]:
     raise exc
 
 
-async def _saved(
+async def _submit(
     request: Request[Any, Any, Any],
     web_admin: WebUser,
     service: ModelProfileService,
-    message: str,
+    values: dict[str, Any],
+    save: Callable[[], Awaitable[str]],
+    *,
+    editing: str | None = None,
 ) -> Template | Redirect:
-    """A saved profile: back to the page without htmx, else a blank form and a toast."""
-    if not is_htmx(request):
-        return Redirect("/admin/profiles", status_code=HTTP_303_SEE_OTHER)
-    rows, _ = await service.page(PROFILE_PAGE, 0)
-    return _form(web_admin, rows, headers=notify(message, "success", "profiles-changed"))
+    """Create (``editing`` None) or save a profile: ``save`` stores it and returns the
+    toast. Saved: back to the page without htmx, else a blank form and the toast;
+    refused: the form again with each mistake next to its field."""
+    errors = _required(values, creating=editing is None)
+    if not errors:
+        try:
+            message = await save()
+        except (msgspec.ValidationError, AronaError) as exc:
+            errors = _schema_error(exc)
+        else:
+            if not is_htmx(request):
+                return Redirect("/admin/profiles", status_code=HTTP_303_SEE_OTHER)
+            headers = notify(message, "success", "profiles-changed")
+            return _form(web_admin, await _profiles(service), headers=headers)
+    return _form(
+        web_admin,
+        [p for p in await _profiles(service) if p.id != editing],
+        mode="create" if editing is None else "edit",
+        values=values,
+        errors=errors,
+        status_code=form_status(request, errors),
+    )
 
 
-class ProfilePages(Controller):
-    path = "/admin"
-    include_in_schema = False
-    guards = [csrf_guard]
-
+class ProfilePages(DashboardController):
     @get("/profiles")
     async def profiles_page(
         self, web_admin: WebUser, model_profiles_service: ModelProfileService
@@ -180,26 +209,21 @@ class ProfilePages(Controller):
             "profiles",
             profiles=rows,
             total=total,
-            mode="create",
-            values=_blank(),
-            errors={},
-            choices=[p.id for p in rows],
-            score_choices=SCORE_CHOICES,
+            **_form_context(rows, "create", None, None),
         )
 
     @get("/profile-rows")
     async def profile_rows(
         self, web_admin: WebUser, model_profiles_service: ModelProfileService
     ) -> Template:
-        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
+        rows = await _profiles(model_profiles_service)
         return fragment("dashboard/partials/profile_rows.html", web_admin, profiles=rows)
 
     @get("/profile-form")
     async def new_profile_form(
         self, web_admin: WebUser, model_profiles_service: ModelProfileService
     ) -> Template:
-        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
-        return _form(web_admin, rows)
+        return _form(web_admin, await _profiles(model_profiles_service))
 
     @post("/profiles", status_code=200)
     async def create_profile(
@@ -210,32 +234,20 @@ class ProfilePages(Controller):
     ) -> Template | Redirect:
         form = await request.form()
         values = _values(form)
-        errors = _required(values, creating=True)
-        if not errors:
-            try:
-                data = msgspec.convert({**_body(form), "id": values["id"]}, ProfileCreate)
-                row = await model_profiles_service.create_profile(data)
-            except (msgspec.ValidationError, AronaError) as exc:
-                errors = _schema_error(exc)
-            else:
-                message = f"Profile {row.id} created."
-                return await _saved(request, web_admin, model_profiles_service, message)
-        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
-        return _form(
-            web_admin,
-            rows,
-            values=values,
-            errors=errors,
-            status_code=form_status(request, errors),
-        )
+
+        async def create() -> str:
+            data = msgspec.convert({**_body(form), "id": values["id"]}, ProfileCreate)
+            row = await model_profiles_service.create_profile(data)
+            return f"Profile {row.id} created."
+
+        return await _submit(request, web_admin, model_profiles_service, values, create)
 
     @get("/profiles/{profile_id:str}/edit")
     async def edit_profile_form(
         self, profile_id: str, web_admin: WebUser, model_profiles_service: ModelProfileService
     ) -> Template:
         row = await model_profiles_service.require(profile_id)
-        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
-        others = [p for p in rows if p.id != row.id]
+        others = [p for p in await _profiles(model_profiles_service) if p.id != row.id]
         return _form(web_admin, others, mode="edit", values=_row_values(row))
 
     @post("/profiles/{profile_id:str}", status_code=200)
@@ -249,24 +261,15 @@ class ProfilePages(Controller):
         await model_profiles_service.require(profile_id)
         form = await request.form()
         values = {**_values(form), "id": profile_id}
-        errors = _required(values, creating=False)
-        if not errors:
-            try:
-                data = msgspec.convert(_body(form), ProfileUpdate)
-                await model_profiles_service.update_profile(profile_id, data)
-            except (msgspec.ValidationError, AronaError) as exc:
-                errors = _schema_error(exc)
-            else:
-                message = f"Profile {profile_id} saved."
-                return await _saved(request, web_admin, model_profiles_service, message)
-        rows, _ = await model_profiles_service.page(PROFILE_PAGE, 0)
-        return _form(
-            web_admin,
-            [p for p in rows if p.id != profile_id],
-            mode="edit",
-            values=values,
-            errors=errors,
-            status_code=form_status(request, errors),
+
+        async def save() -> str:
+            await model_profiles_service.update_profile(
+                profile_id, msgspec.convert(_body(form), ProfileUpdate)
+            )
+            return f"Profile {profile_id} saved."
+
+        return await _submit(
+            request, web_admin, model_profiles_service, values, save, editing=profile_id
         )
 
     @delete("/profiles/{profile_id:str}", status_code=200)

@@ -10,16 +10,18 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Request, get, post
+from litestar.di import Provide
 from litestar.params import QueryParameter
 from litestar.response import Template
 
 from app.db.models import Project, ProjectQuota
-from app.domain.dashboard.charts import bar_rows, columns
+from app.domain.dashboard.charts import Chart, bar_rows, columns
 from app.domain.dashboard.common import (
+    DashboardController,
     admin_page,
     checked,
-    form_status,
+    form_fragment,
     fragment,
     notify,
     optional_int,
@@ -28,6 +30,7 @@ from app.domain.dashboard.common import (
 from app.domain.dashboard.usage import (
     DEFAULT_PERIOD,
     PERIODS,
+    PlatformUsage,
     Totals,
     period_start,
     platform_usage,
@@ -38,7 +41,7 @@ from app.domain.quotas.controllers import quota_out
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.schemas import AdminQuotaIn, QuotaOut
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
-from app.domain.web.pages import WebUser, csrf_guard
+from app.domain.web.pages import WebUser
 from app.lib.clock import utcnow
 from app.lib.errors import NotFoundError
 
@@ -46,6 +49,18 @@ PAGE_SIZE = 50
 ROW_TEMPLATE = "dashboard/partials/project_row.html"
 FIELDS = {"perMinute": "per_minute", "perDay": "per_day", "perMonth": "per_month"}
 PageQuery = Annotated[int, QueryParameter(ge=1, le=100_000)]
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """A section of the usage page: requests by one key, as a chart and a table."""
+
+    key: str
+    """``project``, ``model`` or ``backend`` (in ids, titles and captions)."""
+    key_label: str
+    """The table's first heading."""
+    chart: Chart
+    rows: list[Totals]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,58 +72,114 @@ class ProjectView:
     """Usage records since the start of the month (UTC)."""
 
 
+def _breakdowns(usage: PlatformUsage) -> list[Breakdown]:
+    sections = (
+        ("project", "Project", usage.by_project),
+        ("model", "Model requested", usage.by_model),
+        ("backend", "Backend", usage.by_backend),
+    )
+    return [
+        Breakdown(
+            key,
+            label,
+            bar_rows(f"chart-{key}s", f"Requests by {key}", [(t.label, t.requests) for t in rows]),
+            rows,
+        )
+        for key, label, rows in sections
+    ]
+
+
 def _month_start(now: datetime.datetime) -> datetime.datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-async def _views(
-    projects: list[Project],
+@dataclass(frozen=True, slots=True)
+class ProjectViews:
+    """Projects with their owner, limits and month's usage (the ``project_views``
+    dependency of the projects pages)."""
+
+    projects_service: ProjectService
+    quotas_service: ProjectQuotaService
+    gate: QuotaGate
+
+    async def of(self, projects: list[Project]) -> list[ProjectView]:
+        session = self.projects_service.repository.session
+        ids = [p.id for p in projects]
+        emails = await self.projects_service.owner_emails(projects)
+        quota_rows = (
+            {
+                q.project_id: q
+                for q in await self.quotas_service.get_many(ProjectQuota.project_id.in_(ids))
+            }
+            if ids
+            else {}
+        )
+        month = await project_totals(session, ids, _month_start(utcnow()))
+        quotas = await asyncio.gather(
+            *(quota_out(pid, quota_rows.get(pid), self.gate) for pid in ids)
+        )
+        return [
+            ProjectView(p, emails.get(p.owner_id, ""), quota, month.get(p.id))
+            for p, quota in zip(projects, quotas, strict=True)
+        ]
+
+    async def one(self, project: Project) -> ProjectView:
+        [view] = await self.of([project])
+        return view
+
+    async def project(self, project_id: UUID) -> Project:
+        project = await self.projects_service.get_one_or_none(Project.id == project_id)
+        if project is None:
+            raise NotFoundError(PROJECT_NOT_FOUND, code="project_not_found")
+        return project
+
+
+def _project_views(
     projects_service: ProjectService,
-    quotas_service: ProjectQuotaService,
-    gate: QuotaGate,
-) -> list[ProjectView]:
-    session = projects_service.repository.session
-    ids = [p.id for p in projects]
-    emails = await projects_service.owner_emails(projects)
-    quota_rows = (
-        {q.project_id: q for q in await quotas_service.get_many(ProjectQuota.project_id.in_(ids))}
-        if ids
-        else {}
-    )
-    month = await project_totals(session, ids, _month_start(utcnow()))
-    quotas = await asyncio.gather(*(quota_out(pid, quota_rows.get(pid), gate) for pid in ids))
-    return [
-        ProjectView(p, emails.get(p.owner_id, ""), quota, month.get(p.id))
-        for p, quota in zip(projects, quotas, strict=True)
-    ]
+    project_quotas_service: ProjectQuotaService,
+    quota_gate: QuotaGate,
+) -> ProjectViews:
+    return ProjectViews(projects_service, project_quotas_service, quota_gate)
 
 
-async def _project(projects_service: ProjectService, project_id: UUID) -> Project:
-    project = await projects_service.get_one_or_none(Project.id == project_id)
-    if project is None:
-        raise NotFoundError(PROJECT_NOT_FOUND, code="project_not_found")
-    return project
+async def _project_view(
+    project_id: UUID, web_admin: WebUser, project_views: ProjectViews
+) -> ProjectView:
+    """The view of the project in the path (404 ``project_not_found``). It takes
+    ``web_admin`` so that it is resolved after the admin check, not before it nor at
+    the same time on the request's session."""
+    return await project_views.one(await project_views.project(project_id))
 
 
-class ProjectQuotaPages(Controller):
-    path = "/admin"
-    include_in_schema = False
-    guards = [csrf_guard]
+def _quota_form(
+    request: Request[Any, Any, Any],
+    web_admin: WebUser,
+    view: ProjectView,
+    values: dict[str, Any],
+    errors: dict[str, str],
+) -> Template:
+    template = "dashboard/partials/quota_form.html"
+    return form_fragment(request, template, web_admin, p=view, values=values, errors=errors)
+
+
+class ProjectQuotaPages(DashboardController):
+    dependencies = {
+        "project_views": Provide(_project_views, sync_to_thread=False),
+        "project_view": Provide(_project_view),
+    }
 
     @get("/projects")
     async def projects_page(
         self,
         web_admin: WebUser,
         projects_service: ProjectService,
-        project_quotas_service: ProjectQuotaService,
-        quota_gate: QuotaGate,
+        project_views: ProjectViews,
         page: PageQuery = 1,
     ) -> Template:
         listed, total = await projects_service.visible_page(
             web_admin.principal, PAGE_SIZE, (page - 1) * PAGE_SIZE
         )
-        projects = [project for project, _ in listed]
-        views = await _views(projects, projects_service, project_quotas_service, quota_gate)
+        views = await project_views.of([project for project, _ in listed])
         return admin_page(
             "dashboard/projects.html",
             web_admin,
@@ -120,39 +191,24 @@ class ProjectQuotaPages(Controller):
         )
 
     @get("/projects/{project_id:uuid}/row")
-    async def project_row(
-        self,
-        project_id: UUID,
-        web_admin: WebUser,
-        projects_service: ProjectService,
-        project_quotas_service: ProjectQuotaService,
-        quota_gate: QuotaGate,
-    ) -> Template:
-        project = await _project(projects_service, project_id)
-        [view] = await _views([project], projects_service, project_quotas_service, quota_gate)
-        return fragment(ROW_TEMPLATE, web_admin, p=view)
+    async def project_row(self, web_admin: WebUser, project_view: ProjectView) -> Template:
+        return fragment(ROW_TEMPLATE, web_admin, p=project_view)
 
     @get("/projects/{project_id:uuid}/quota")
     async def quota_form(
-        self,
-        project_id: UUID,
-        web_admin: WebUser,
-        projects_service: ProjectService,
-        project_quotas_service: ProjectQuotaService,
-        quota_gate: QuotaGate,
+        self, request: Request[Any, Any, Any], web_admin: WebUser, project_view: ProjectView
     ) -> Template:
-        project = await _project(projects_service, project_id)
-        [view] = await _views([project], projects_service, project_quotas_service, quota_gate)
-        limits = view.quota.admin_limits
-        values = {
-            "per_minute": "" if limits.per_minute is None else str(limits.per_minute),
-            "per_day": "" if limits.per_day is None else str(limits.per_day),
-            "per_month": "" if limits.per_month is None else str(limits.per_month),
-            "fail_closed": view.quota.fail_closed,
+        limits = project_view.quota.admin_limits
+        values: dict[str, Any] = {
+            field: "" if limit is None else str(limit)
+            for field, limit in (
+                ("per_minute", limits.per_minute),
+                ("per_day", limits.per_day),
+                ("per_month", limits.per_month),
+            )
         }
-        return fragment(
-            "dashboard/partials/quota_form.html", web_admin, p=view, values=values, errors={}
-        )
+        values["fail_closed"] = project_view.quota.fail_closed
+        return _quota_form(request, web_admin, project_view, values, {})
 
     @post("/projects/{project_id:uuid}/quota", status_code=200)
     async def set_quota(
@@ -160,11 +216,10 @@ class ProjectQuotaPages(Controller):
         project_id: UUID,
         request: Request[Any, Any, Any],
         web_admin: WebUser,
-        projects_service: ProjectService,
         project_quotas_service: ProjectQuotaService,
-        quota_gate: QuotaGate,
+        project_views: ProjectViews,
     ) -> Template:
-        project = await _project(projects_service, project_id)
+        project = await project_views.project(project_id)
         form = await request.form()
         body = {wire: optional_int(form, field) for wire, field in FIELDS.items()}
         values: dict[str, Any] = {field: str(form.get(field) or "") for field in FIELDS.values()}
@@ -174,31 +229,18 @@ class ProjectQuotaPages(Controller):
         except msgspec.ValidationError as exc:
             field, message = validation_field(exc, FIELDS)
             errors = {field: f"{message} Leave it blank for no limit."}
-            [view] = await _views([project], projects_service, project_quotas_service, quota_gate)
-            return fragment(
-                "dashboard/partials/quota_form.html",
-                web_admin,
-                status_code=form_status(request, errors),
-                p=view,
-                values=values,
-                errors=errors,
-            )
+            return _quota_form(request, web_admin, await project_views.one(project), values, errors)
         await project_quotas_service.set_admin_limits(
             project_id,
             WindowValues(data.per_minute, data.per_day, data.per_month),
             fail_closed=values["fail_closed"],
         )
-        [view] = await _views([project], projects_service, project_quotas_service, quota_gate)
-        return fragment(
-            ROW_TEMPLATE, web_admin, headers=notify(f"Limits of {project.name} saved."), p=view
-        )
+        view = await project_views.one(project)
+        headers = notify(f"Limits of {project.name} saved.")
+        return fragment(ROW_TEMPLATE, web_admin, headers=headers, p=view)
 
 
-class UsagePages(Controller):
-    path = "/admin"
-    include_in_schema = False
-    guards = [csrf_guard]
-
+class UsagePages(DashboardController):
     @get("/usage")
     async def usage_page(
         self, web_admin: WebUser, projects_service: ProjectService, period: str = DEFAULT_PERIOD
@@ -209,9 +251,6 @@ class UsagePages(Controller):
         usage = await platform_usage(
             projects_service.repository.session, period_start(period, now), now
         )
-
-        def chart(chart_id: str, title: str, rows: list[Totals]) -> Any:
-            return bar_rows(chart_id, title, [(t.label, t.requests) for t in rows])
 
         return admin_page(
             "dashboard/usage.html",
@@ -225,7 +264,5 @@ class UsagePages(Controller):
                 "Requests per day (UTC)",
                 [(t.label, t.requests) for t in usage.by_day],
             ),
-            project_chart=chart("chart-projects", "Requests by project", usage.by_project),
-            model_chart=chart("chart-models", "Requests by model", usage.by_model),
-            backend_chart=chart("chart-backends", "Requests by backend", usage.by_backend),
+            breakdowns=_breakdowns(usage),
         )

@@ -33,7 +33,7 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import structlog
 from litestar.types import Receive, Scope, Send
@@ -55,6 +55,7 @@ Fragment = tuple[str, str]
 logger = structlog.get_logger()
 
 
+@runtime_checkable  # a stream handler's ``feed`` dependency is checked against it
 class Feed(Protocol):
     """What a page streams: its channels, a snapshot, and fragments on change."""
 

@@ -5,7 +5,7 @@ Routes::
     GET  /admin/video                      the page
     GET  /admin/video/rows                 the table's rows (a fragment)
     POST /admin/video/{job_id}/cancel      cancel an active job, whoever owns it
-    GET  /admin/stream/video               text/event-stream (``VideoFeed``)
+    GET  /admin/stream/video               text/event-stream (``VideoFeed``, in ``pages``)
 
 The admin cancel goes through ``VideoJobs.cancel`` as the job's own owner (the
 owner is read from the job), so it is the very cancel the API performs: the same
@@ -19,17 +19,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from litestar import Controller, Request, get, post
+from litestar import Request, get, post
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from app.domain.dashboard.common import admin_page, fragment, template_renderer
-from app.domain.dashboard.stream import EventStreamResponse, feed_events
-from app.domain.dashboard.video_views import VideoFeed, video_jobs_view
+from app.domain.dashboard.common import DashboardController, admin_page, fragment
+from app.domain.dashboard.video_views import video_jobs_view
 from app.domain.video.facade import VideoJobs, VideoOwner, job_not_found
 from app.domain.video.views import parse_public_id
-from app.domain.web.pages import WebUser, csrf_guard, is_htmx
-from app.lib.events.base import EventBus
+from app.domain.web.pages import WebUser, is_htmx
 
 ROWS_TEMPLATE = "dashboard/partials/video_rows.html"
 
@@ -54,11 +52,7 @@ async def admin_cancel(jobs: VideoJobs, job_id: str) -> str:
     return cancelled.model
 
 
-class VideoPages(Controller):
-    path = "/admin"
-    include_in_schema = False
-    guards = [csrf_guard]
-
+class VideoPages(DashboardController):
     @get("/video")
     async def video_page(self, web_admin: WebUser, video_jobs: VideoJobs) -> Template:
         view = await video_jobs_view(video_jobs)
@@ -83,14 +77,3 @@ class VideoPages(Controller):
         view = await video_jobs_view(video_jobs)
         message = f"Video job {job_id} ({model}) cancelled."
         return fragment(ROWS_TEMPLATE, web_admin, headers=_toast_on_body(message), view=view)
-
-    @get("/stream/video")
-    async def video_stream(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        event_bus: EventBus,
-        video_jobs: VideoJobs,
-    ) -> EventStreamResponse:
-        feed = VideoFeed(jobs=video_jobs, render=template_renderer(request))
-        return EventStreamResponse(feed_events(event_bus, feed))
