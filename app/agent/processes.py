@@ -17,7 +17,7 @@ import shlex
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import aiohttp
 import structlog
@@ -63,20 +63,14 @@ class ModelProcess:
         return "\n".join(self.output)[-1500:]
 
 
+@dataclass(slots=True, eq=False)
 class ModelProcesses:
-    def __init__(
-        self,
-        template: str,
-        *,
-        ready_timeout: float = 600.0,
-        stop_grace: float = 10.0,
-        ready_host: str = "127.0.0.1",
-    ) -> None:
-        self.template = template
-        self.ready_timeout = ready_timeout
-        self.stop_grace = stop_grace
-        self._ready_host = ready_host
-        self._running: dict[str, ModelProcess] = {}
+    template: str
+    _: KW_ONLY
+    ready_timeout: float = 600.0
+    stop_grace: float = 10.0
+    ready_host: str = "127.0.0.1"
+    _running: dict[str, ModelProcess] = field(default_factory=dict, init=False)
 
     def models(self) -> list[str]:
         """Models whose server answered and still runs."""
@@ -121,7 +115,7 @@ class ModelProcesses:
         return handle
 
     async def _wait_ready(self, handle: ModelProcess, progress: Progress) -> None:
-        url = f"http://{self._ready_host}:{handle.port}/v1/models"
+        url = f"http://{self.ready_host}:{handle.port}/v1/models"
         started = time.monotonic()
         reported = 10
         await progress(reported, "waiting for the server to answer")

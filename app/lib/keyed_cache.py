@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterator
+from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 from typing import Generic, TypeVar
 
@@ -187,6 +188,7 @@ class KeyedCache(Generic[K, V]):
         self._weight += weight
 
 
+@dataclass(slots=True, eq=False)
 class StaleWhileFailing(Generic[K, V]):
     """Serve a cached entry its owner marked out of date while it cannot be re-read.
 
@@ -197,21 +199,12 @@ class StaleWhileFailing(Generic[K, V]):
     never read raises the loader's error. ``what`` names the values in the warning.
     """
 
-    __slots__ = ("_cache", "_clock", "_retry_seconds", "_until", "_what")
-
-    def __init__(
-        self,
-        cache: KeyedCache[K, V],
-        what: str,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        retry_seconds: float = STALE_RETRY_SECONDS,
-    ) -> None:
-        self._cache = cache
-        self._what = what
-        self._clock = clock
-        self._retry_seconds = retry_seconds
-        self._until = float("-inf")
+    cache: KeyedCache[K, V]
+    what: str
+    _: KW_ONLY
+    clock: Callable[[], float] = time.monotonic
+    retry_seconds: float = STALE_RETRY_SECONDS
+    _until: float = field(default=float("-inf"), init=False)
 
     def retry_now(self) -> None:
         """End the back-off: the next stale entry asked for is read again."""
@@ -219,19 +212,19 @@ class StaleWhileFailing(Generic[K, V]):
 
     async def current(self, key: K, fresh: Callable[[V], bool]) -> V:
         """The entry for ``key``: cached when ``fresh(entry)``, else read again."""
-        entry = self._cache.peek(key)
-        if entry is not None and (fresh(entry) or self._clock() < self._until):
+        entry = self.cache.peek(key)
+        if entry is not None and (fresh(entry) or self.clock() < self._until):
             return entry
         try:
-            return await self._cache.load(key)
+            return await self.cache.load(key)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             if entry is None:
                 raise
-            self._until = self._clock() + self._retry_seconds
+            self._until = self.clock() + self.retry_seconds
             logger.warning(
-                f"{self._what} could not be re-read; serving the cached ones",
+                f"{self.what} could not be re-read; serving the cached ones",
                 key=str(key),
                 error=repr(exc),
             )

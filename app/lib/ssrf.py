@@ -35,7 +35,7 @@ import asyncio
 import errno
 import socket
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 from typing import Any
 from urllib.parse import urlsplit
@@ -249,21 +249,14 @@ def is_metadata_host(host: str) -> bool:
     return host.rstrip(".").lower() in METADATA_HOSTS
 
 
+@dataclass(slots=True, eq=False)
 class UrlGuard:
     """The write-time check of upstream URLs under one policy."""
 
-    __slots__ = ("_resolve", "_timeout", "policy")
-
-    def __init__(
-        self,
-        policy: SsrfPolicy,
-        *,
-        resolve: Resolve = system_resolve,
-        timeout: float = RESOLVE_TIMEOUT_SECONDS,
-    ) -> None:
-        self.policy = policy
-        self._resolve = resolve
-        self._timeout = timeout
+    policy: SsrfPolicy
+    _: KW_ONLY
+    resolve: Resolve = system_resolve
+    timeout: float = RESOLVE_TIMEOUT_SECONDS
 
     async def check(self, url: str) -> UrlTarget:
         """The parsed URL if every address it leads to is allowed; else ``UnsafeUrlError``.
@@ -282,8 +275,8 @@ class UrlGuard:
         if self.policy.allow_private:
             return target
         try:
-            async with asyncio.timeout(self._timeout):
-                addresses = list(await self._resolve(target.host, target.port))
+            async with asyncio.timeout(self.timeout):
+                addresses = list(await self.resolve(target.host, target.port))
         except TimeoutError:
             raise UnsafeUrlError(
                 "base_url_unresolvable", f"resolving {target.host} timed out"

@@ -7,6 +7,7 @@ failure reopens it for another ``open_seconds``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.routing.types import Clock, monotonic
@@ -21,28 +22,20 @@ class BreakerState(StrEnum):
     HALF_OPEN = "half_open"
 
 
+@dataclass(slots=True, eq=False, kw_only=True)
 class CircuitBreaker:
-    __slots__ = ("_clock", "_failures", "_opened_at", "_trial_out", "open_seconds", "threshold")
-
-    def __init__(
-        self,
-        *,
-        threshold: int = DEFAULT_THRESHOLD,
-        open_seconds: float = DEFAULT_OPEN_SECONDS,
-        clock: Clock = monotonic,
-    ) -> None:
-        self.threshold = threshold
-        self.open_seconds = open_seconds
-        self._clock = clock
-        self._failures = 0
-        self._opened_at: float | None = None
-        self._trial_out = False
+    threshold: int = DEFAULT_THRESHOLD
+    open_seconds: float = DEFAULT_OPEN_SECONDS
+    clock: Clock = monotonic
+    _failures: int = field(default=0, init=False)
+    _opened_at: float | None = field(default=None, init=False)
+    _trial_out: bool = field(default=False, init=False)
 
     @property
     def state(self) -> BreakerState:
         if self._opened_at is None:
             return BreakerState.CLOSED
-        if self._clock() - self._opened_at < self.open_seconds:
+        if self.clock() - self._opened_at < self.open_seconds:
             return BreakerState.OPEN
         return BreakerState.HALF_OPEN
 
@@ -75,12 +68,12 @@ class CircuitBreaker:
     def record_failure(self) -> None:
         if self._trial_out or self._opened_at is not None:
             # The half-open trial failed (or a call admitted before opening did): reopen.
-            self._opened_at = self._clock()
+            self._opened_at = self.clock()
             self._trial_out = False
             return
         self._failures += 1
         if self._failures >= self.threshold:
-            self._opened_at = self._clock()
+            self._opened_at = self.clock()
 
     def release(self) -> None:
         """Give back a trial that ended without a verdict (client went away)."""
@@ -90,11 +83,11 @@ class CircuitBreaker:
         """Seconds the breaker stays open (0 when closed or half-open)."""
         if self._opened_at is None:
             return 0.0
-        return max(0.0, self.open_seconds - (self._clock() - self._opened_at))
+        return max(0.0, self.open_seconds - (self.clock() - self._opened_at))
 
     def trip(self, remaining: float) -> None:
         """Open for ``remaining`` seconds on another replica's verdict: the same state
         this breaker would be in had it counted the failures itself."""
         self._failures = max(self._failures, self.threshold)
-        self._opened_at = self._clock() - max(0.0, self.open_seconds - remaining)
+        self._opened_at = self.clock() - max(0.0, self.open_seconds - remaining)
         self._trial_out = False

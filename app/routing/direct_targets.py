@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
+from dataclasses import KW_ONLY, dataclass, field
 
 from app.routing.registry import BackendFactory, BackendState, BreakerFactory
 from app.routing.types import BackendSpec, Health, HealthStatus
@@ -21,18 +22,13 @@ DEFAULT_MAX_ENTRIES = 10_000
 ASSUMED_UP = Health(HealthStatus.HEALTHY, "custom LLM (not probed)", None)
 
 
+@dataclass(slots=True, eq=False)
 class DirectTargets:
-    def __init__(
-        self,
-        factory: BackendFactory,
-        breaker_factory: BreakerFactory,
-        *,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-    ) -> None:
-        self._factory = factory
-        self._breaker_factory = breaker_factory
-        self._max_entries = max_entries
-        self._states: OrderedDict[Hashable, BackendState] = OrderedDict()
+    factory: BackendFactory
+    breaker_factory: BreakerFactory
+    _: KW_ONLY
+    max_entries: int = DEFAULT_MAX_ENTRIES
+    _states: OrderedDict[Hashable, BackendState] = field(default_factory=OrderedDict, init=False)
 
     def state_for(self, key: Hashable, spec: BackendSpec) -> BackendState:
         """The live state of the backend ``spec`` describes, kept under ``key``."""
@@ -43,11 +39,11 @@ class DirectTargets:
         # New or changed (URL, model, a rotated key): a fresh adapter and breaker. The
         # replaced adapter owns nothing (the pool is shared), so it is simply dropped.
         state = BackendState(
-            adapter=self._factory(spec), breaker=self._breaker_factory(), health=ASSUMED_UP
+            adapter=self.factory(spec), breaker=self.breaker_factory(), health=ASSUMED_UP
         )
         self._states[key] = state
         self._states.move_to_end(key)
-        while len(self._states) > self._max_entries:
+        while len(self._states) > self.max_entries:
             self._states.popitem(last=False)
         return state
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Literal
 
 import structlog
@@ -89,28 +89,19 @@ def _always(_: Profile) -> bool:
     return True
 
 
+@dataclass(slots=True, eq=False)
 class FailoverPolicy:
-    def __init__(
-        self,
-        profiles: ProfileTable,
-        tracker: LatencyTracker,
-        clock_wall: Callable[[], float] = time.time,
-        on_change: ChangeListener | None = None,
-        *,
-        has_backend: Availability | None = None,
-        in_pool: PoolMember | None = None,
-        default_threshold_ms: float = DEFAULT_SLOW_THRESHOLD_MS,
-    ) -> None:
-        self._in_pool = in_pool
-        self.default_threshold_ms = default_threshold_ms
-        self._profiles = profiles
-        self._tracker = tracker
-        self._clock_wall = clock_wall
-        self._on_change = on_change
-        self._has_backend = has_backend or _always
-        self._enabled = True
-        self._marks: dict[str, _Mark] = {}
-        self._sample_listeners: list[Callable[[str, float], None]] = []
+    profiles: ProfileTable
+    tracker: LatencyTracker
+    clock_wall: Callable[[], float] = time.time
+    on_change: ChangeListener | None = None
+    _: KW_ONLY
+    has_backend: Availability | None = None
+    in_pool: PoolMember | None = None
+    default_threshold_ms: float = DEFAULT_SLOW_THRESHOLD_MS
+    _enabled: bool = field(default=True, init=False)
+    _marks: dict[str, _Mark] = field(default_factory=dict, init=False)
+    _sample_listeners: list[Callable[[str, float], None]] = field(default_factory=list, init=False)
 
     @property
     def enabled(self) -> bool:
@@ -131,7 +122,7 @@ class FailoverPolicy:
         threshold = self.threshold_ms(profile)
         if threshold is None:
             return False
-        typical = self._tracker.typical(profile.id)
+        typical = self.tracker.typical(profile.id)
         return typical is not None and typical > threshold
 
     def route(
@@ -153,11 +144,11 @@ class FailoverPolicy:
     def record_call(self, model: str, backend: str, ttft_ms: float) -> None:
         """A streamed call for ``model`` got its first token from ``backend`` after
         ``ttft_ms``: a sample for every judged profile whose pool that is."""
-        if self._in_pool is None:
+        if self.in_pool is None:
             return
         matched = False
-        for profile in self._profiles:
-            if self.threshold_ms(profile) is not None and self._in_pool(profile, model, backend):
+        for profile in self.profiles:
+            if self.threshold_ms(profile) is not None and self.in_pool(profile, model, backend):
                 self._add(profile.id, ttft_ms)
                 matched = True
         if matched:
@@ -170,29 +161,29 @@ class FailoverPolicy:
         self.refresh()
 
     def _add(self, profile_id: str, ttft_ms: float) -> None:
-        self._tracker.record(profile_id, ttft_ms)
+        self.tracker.record(profile_id, ttft_ms)
         for listener in self._sample_listeners:
             listener(profile_id, ttft_ms)
 
     def record_elsewhere(self, samples: list[tuple[str, float, float]]) -> None:
         """Add ``(profile_id, ttft_ms, age_seconds)`` samples another replica recorded."""
         for profile_id, ttft_ms, age in samples:
-            self._tracker.record_aged(profile_id, ttft_ms, age)
+            self.tracker.record_aged(profile_id, ttft_ms, age)
         self.refresh()
 
     def refresh(self) -> None:
         tracked: set[str] = set()
-        for profile in self._profiles:
+        for profile in self.profiles:
             if self.threshold_ms(profile) is not None:
                 tracked.add(profile.id)
                 self._observe(profile)
         for profile_id in [p for p in self._marks if p not in tracked]:
             mark = self._marks.pop(profile_id)
-            self._tracker.forget(profile_id)
+            self.tracker.forget(profile_id)
             if mark.state != "ok":
                 # Removed or no longer watched: tell listeners it stopped redirecting.
                 self._notify(
-                    ProfileFailoverStatus(profile_id, "ok", None, self._clock_wall(), None, 0)
+                    ProfileFailoverStatus(profile_id, "ok", None, self.clock_wall(), None, 0)
                 )
 
     def statuses(self) -> list[ProfileFailoverStatus]:
@@ -202,25 +193,26 @@ class FailoverPolicy:
     def _observe(self, profile: Profile) -> bool:
         """Bring ``profile``'s status up to date (notifying on change); True if slow."""
         slow = self.is_slow(profile)
-        if self.threshold_ms(profile) is None or self._profiles.get(profile.id) is None:
+        if self.threshold_ms(profile) is None or self.profiles.get(profile.id) is None:
             return slow  # only the table's profiles have a status (a stale copy would flap)
         state: FailoverState = "ok"
         target: Profile | None = None
         if slow:
-            target = self._first_link(profile, self._has_backend) if self._enabled else None
+            if self._enabled:
+                target = self._first_link(profile, self.has_backend or _always)
             state = "redirecting" if target is not None else "slow"
         target_id = None if target is None else target.id
         mark = self._marks.get(profile.id)
         if mark is None:
-            mark = self._marks[profile.id] = _Mark("ok", None, self._clock_wall())
+            mark = self._marks[profile.id] = _Mark("ok", None, self.clock_wall())
         if (mark.state, mark.target) != (state, target_id):
-            mark.state, mark.target, mark.since = state, target_id, self._clock_wall()
+            mark.state, mark.target, mark.since = state, target_id, self.clock_wall()
             self._notify(self._status(profile.id, mark))
         return slow
 
     def _first_link(self, profile: Profile, available: Availability) -> Profile | None:
         for link_id in profile.failover_chain:
-            link = self._profiles.get(link_id)
+            link = self.profiles.get(link_id)
             if (
                 link is not None
                 and link.id != profile.id
@@ -237,14 +229,14 @@ class FailoverPolicy:
             state=mark.state,
             target=mark.target,
             since=mark.since,
-            typical_ttft_ms=self._tracker.typical(profile_id),
-            samples=self._tracker.count(profile_id),
+            typical_ttft_ms=self.tracker.typical(profile_id),
+            samples=self.tracker.count(profile_id),
         )
 
     def _notify(self, status: ProfileFailoverStatus) -> None:
-        if self._on_change is None:
+        if self.on_change is None:
             return
         try:
-            self._on_change(status)
+            self.on_change(status)
         except Exception as exc:  # a broken listener must not fail the request routing it
             logger.warning("failover_listener_failed", profile=status.profile_id, error=str(exc))

@@ -20,6 +20,7 @@ Event shape::
 from __future__ import annotations
 
 import asyncio
+from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 from typing import Any
 
@@ -36,27 +37,21 @@ DEFAULT_FLUSH_SECONDS = 0.01
 logger = structlog.get_logger()
 
 
+@dataclass(slots=True, eq=False)
 class LoadShare:
-    def __init__(
-        self,
-        registry: BackendRegistry,
-        events: EventBus,
-        *,
-        instance: str,
-        flush_seconds: float = DEFAULT_FLUSH_SECONDS,
-    ) -> None:
-        self._registry = registry
-        self._events = events
-        self.instance = instance
-        self.flush_seconds = flush_seconds
-        self._dirty: dict[str, BackendState] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._sending: set[asyncio.Task[None]] = set()
-        self._last_flush = float("-inf")
+    registry: BackendRegistry
+    events: EventBus
+    _: KW_ONLY
+    instance: str
+    flush_seconds: float = DEFAULT_FLUSH_SECONDS
+    _dirty: dict[str, BackendState] = field(default_factory=dict, init=False)
+    _timer: asyncio.TimerHandle | None = field(default=None, init=False)
+    _sending: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _last_flush: float = field(default=float("-inf"), init=False)
 
     def watch(self) -> None:
         """Track every backend as it is added or replaced."""
-        self._registry.on_added(self.track)
+        self.registry.on_added(self.track)
 
     def track(self, state: BackendState) -> None:
         state.load.listener = partial(self._changed, state)
@@ -88,13 +83,13 @@ class LoadShare:
 
     async def _publish(self, loads: list[list[Any]]) -> None:
         try:
-            await tell_others(self._events, LOAD_CHANNEL, self.instance, loads=loads)
+            await tell_others(self.events, LOAD_CHANNEL, self.instance, loads=loads)
         except Exception as exc:  # counts are hints: the next change sends them again
             logger.warning("could not share backend load", error=repr(exc))
 
     async def follow(self) -> None:
         """Apply the totals other replicas publish (run supervised)."""
-        await follow_others(self._events, LOAD_CHANNEL, self.instance, self._apply)
+        await follow_others(self.events, LOAD_CHANNEL, self.instance, self._apply)
 
     def _apply(self, event: Event) -> None:
         origin, loads = event.get("origin"), event.get("loads")
@@ -108,7 +103,7 @@ class LoadShare:
                 name, upstream, sent, ended = str(item[0]), str(item[1]), int(item[2]), int(item[3])
             except (TypeError, ValueError, IndexError):
                 continue
-            state = self._registry.get(name)
+            state = self.registry.get(name)
             if state is not None and state.upstream == upstream:
                 state.load.remote(origin, Counts(sent, ended))
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from app.routing.affinity import AffinityStore
 from app.routing.aliases import AliasTable
@@ -81,28 +81,23 @@ def _matches_provider(state: BackendState, provider: str | None) -> bool:
     return wanted in (state.name.casefold(), kind) or PROVIDER_KIND_ALIASES.get(wanted) == kind
 
 
+@dataclass(slots=True, eq=False)
 class Router:
-    def __init__(
-        self,
-        registry: BackendRegistry,
-        aliases: AliasTable,
-        affinity: AffinityStore,
-        *,
-        metrics: VllmMetricsCache | None = None,
-        cooldown_seconds: float = DEFAULT_COOLDOWN_SECONDS,
-        score_kind: ScoreKind = DEFAULT_SCORE,
-        clock: Clock = monotonic,
-    ) -> None:
-        self._registry = registry
-        self._aliases = aliases
-        self._affinity = affinity
-        self._metrics = metrics
-        self.cooldown_seconds = cooldown_seconds
-        self.score_kind = score_kind
-        self._clock = clock
-        self._turn = 0
-        self._verdict_listeners: list[Callable[[BackendState], None]] = []
-        registry.on_removed(self._forget)
+    registry: BackendRegistry
+    aliases: AliasTable
+    affinity: AffinityStore
+    _: KW_ONLY
+    metrics: VllmMetricsCache | None = None
+    cooldown_seconds: float = DEFAULT_COOLDOWN_SECONDS
+    score_kind: ScoreKind = DEFAULT_SCORE
+    clock: Clock = monotonic
+    _turn: int = field(default=0, init=False)
+    _verdict_listeners: list[Callable[[BackendState], None]] = field(
+        default_factory=list, init=False
+    )
+
+    def __post_init__(self) -> None:
+        self.registry.on_removed(self._forget)
 
     def on_verdict(self, listener: Callable[[BackendState], None]) -> None:
         """Call ``listener`` when a backend's breaker opens or closes or it starts
@@ -115,32 +110,32 @@ class Router:
 
     def _forget(self, state: BackendState) -> None:
         # A replacement may point elsewhere: its load must be scraped afresh.
-        if self._metrics is not None:
-            self._metrics.forget(state.name)
+        if self.metrics is not None:
+            self.metrics.forget(state.name)
 
     def cool_down(self, state: BackendState) -> None:
-        state.cooldown_until = self._clock() + self.cooldown_seconds
+        state.cooldown_until = self.clock() + self.cooldown_seconds
 
     def clear_cooldown(self, state: BackendState) -> None:
         state.cooldown_until = None
 
     def cool_for(self, state: BackendState, seconds: float) -> None:
         """Cool for exactly ``seconds`` (another replica's cooldown; 0 clears it)."""
-        state.cooldown_until = self._clock() + seconds if seconds > 0 else None
+        state.cooldown_until = self.clock() + seconds if seconds > 0 else None
 
     def cooling_remaining(self, state: BackendState) -> float:
         until = state.cooldown_until
-        return 0.0 if until is None else max(0.0, until - self._clock())
+        return 0.0 if until is None else max(0.0, until - self.clock())
 
     def is_cooling(self, state: BackendState) -> bool:
         until = state.cooldown_until
-        return until is not None and self._clock() < until
+        return until is not None and self.clock() < until
 
     def resolve(self, model: str) -> str:
-        return self._aliases.resolve(model)
+        return self.aliases.resolve(model)
 
     def alias_items(self) -> list[tuple[str, str]]:
-        return self._aliases.items()
+        return self.aliases.items()
 
     def can_serve(self, model: str, tags: frozenset[str] = frozenset()) -> bool:
         """Whether a chat for ``model`` (alias or name) on backends carrying ``tags``
@@ -154,7 +149,7 @@ class Router:
     def in_pool(self, base_model: str, tags: frozenset[str], model: str, backend: str) -> bool:
         """Whether a chat for ``model`` served by ``backend`` is a call to ``base_model``
         on a backend carrying ``tags`` (a profile's pool), aliases resolved."""
-        state = self._registry.get(backend)
+        state = self.registry.get(backend)
         if state is None or not tags <= state.spec.tags:
             return False
         return self.resolve(model) == self.resolve(base_model)
@@ -169,7 +164,7 @@ class Router:
         """
         known: list[Selection] = []
         lacks_tags = False
-        for state in self._registry:
+        for state in self.registry:
             if not state.supports(capability) or not _matches_provider(state, hints.provider):
                 continue
             served = state.served_name(model)
@@ -203,7 +198,7 @@ class Router:
         a 400 ``not_a_video_model``; a video model asked for chat says so in its 404)."""
         others = {
             c
-            for state in self._registry
+            for state in self.registry
             if _matches_provider(state, hints.provider) and state.served_name(model) is not None
             for c in state.adapter.capabilities
         }
@@ -226,7 +221,7 @@ class Router:
         )
         pinned: str | None = None
         if pin_key:
-            pinned = await self._affinity.pinned(hints.affinity_scope, pin_key)
+            pinned = await self.affinity.pinned(hints.affinity_scope, pin_key)
             best = min(scores)
             for selection, value in zip(usable, scores, strict=True):
                 if (
@@ -237,13 +232,13 @@ class Router:
                     return selection
         chosen = self._pick_lowest(usable, scores)
         if pin_key and chosen.state.name != pinned:
-            await self._affinity.bind(hints.affinity_scope, pin_key, chosen.state.name)
+            await self.affinity.bind(hints.affinity_scope, pin_key, chosen.state.name)
         return chosen
 
     async def scores(self, states: list[BackendState], kind: ScoreKind) -> list[float]:
         """Each backend's score now (lower is better), its metrics refreshed as due."""
-        if self._metrics is not None:
-            cache = self._metrics
+        if self.metrics is not None:
+            cache = self.metrics
             pending = [
                 cache.prepare(state.name, source, state.load)
                 for state in states
@@ -255,7 +250,7 @@ class Router:
 
     def estimate(self, state: BackendState) -> Estimate | None:
         """What routing believes about ``state``'s load now (None: metrics unavailable)."""
-        if self._metrics is not None and state.adapter.metrics_source() is not None:
+        if self.metrics is not None and state.adapter.metrics_source() is not None:
             return state.load.estimate()
         # No metrics: the requests in flight here are all there is to go on.
         in_flight = float(state.in_flight)

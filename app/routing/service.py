@@ -9,7 +9,7 @@ the client goes away mid-stream.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TypeVar
 
 import structlog
@@ -65,20 +65,14 @@ class ListedModel:
     owned_by: str
 
 
+@dataclass(slots=True, eq=False)
 class RoutingService:
-    def __init__(
-        self,
-        registry: BackendRegistry,
-        router: Router,
-        *,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        clock: Clock = monotonic,
-    ) -> None:
-        self.registry = registry
-        self.router = router
-        self.max_retries = max_retries
-        self.clock = clock
-        self._first_token_listeners: list[FirstTokenListener] = []
+    registry: BackendRegistry
+    router: Router
+    _: KW_ONLY
+    max_retries: int = DEFAULT_MAX_RETRIES
+    clock: Clock = monotonic
+    _first_token_listeners: list[FirstTokenListener] = field(default_factory=list, init=False)
 
     def on_first_token(self, listener: FirstTokenListener) -> None:
         """Call ``listener(model, backend, ttft_ms)`` when a routed stream's first chunk

@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
@@ -33,33 +34,25 @@ DEFAULT_MAX_BATCH = 256
 logger = structlog.get_logger()
 
 
+@dataclass(slots=True, eq=False)
 class SharedLatency:
-    def __init__(
-        self,
-        policy: FailoverPolicy,
-        events: EventBus,
-        *,
-        instance: str,
-        flush_seconds: float = DEFAULT_FLUSH_SECONDS,
-        max_batch: int = DEFAULT_MAX_BATCH,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._policy = policy
-        self._events = events
-        self.instance = instance
-        self.flush_seconds = flush_seconds
-        self._max_batch = max_batch
-        self._wall_clock = wall_clock
-        self._outbox: dict[str, deque[tuple[float, float]]] = {}
+    policy: FailoverPolicy
+    events: EventBus
+    _: KW_ONLY
+    instance: str
+    flush_seconds: float = DEFAULT_FLUSH_SECONDS
+    max_batch: int = DEFAULT_MAX_BATCH
+    wall_clock: Callable[[], float] = time.time
+    _outbox: dict[str, deque[tuple[float, float]]] = field(default_factory=dict, init=False)
 
     def watch(self) -> None:
-        self._policy.on_sample(self._recorded)
+        self.policy.on_sample(self._recorded)
 
     def _recorded(self, profile_id: str, ttft_ms: float) -> None:
         batch = self._outbox.get(profile_id)
         if batch is None:
-            batch = self._outbox[profile_id] = deque(maxlen=self._max_batch)
-        batch.append((self._wall_clock(), ttft_ms))
+            batch = self._outbox[profile_id] = deque(maxlen=self.max_batch)
+        batch.append((self.wall_clock(), ttft_ms))
 
     async def publish_pending(self) -> None:
         """Send what was recorded since the last call (nothing when idle)."""
@@ -67,7 +60,7 @@ class SharedLatency:
             return
         outbox, self._outbox = self._outbox, {}
         samples = {pid: [[at, ms] for at, ms in batch] for pid, batch in outbox.items()}
-        await tell_others(self._events, LATENCY_CHANNEL, self.instance, samples=samples)
+        await tell_others(self.events, LATENCY_CHANNEL, self.instance, samples=samples)
 
     async def run_publisher(self) -> None:
         while True:
@@ -76,14 +69,14 @@ class SharedLatency:
 
     async def follow(self) -> None:
         """Add the samples other replicas publish (run supervised)."""
-        await follow_others(self._events, LATENCY_CHANNEL, self.instance, self._apply)
+        await follow_others(self.events, LATENCY_CHANNEL, self.instance, self._apply)
 
     def _apply(self, event: Event) -> None:
         samples = event.get("samples")
         if not isinstance(samples, dict):
             logger.warning("malformed latency samples", samples=samples)
             return
-        now = self._wall_clock()
+        now = self.wall_clock()
         aged: list[tuple[str, float, float]] = []
         for profile_id, batch in samples.items():
             if not isinstance(batch, list):
@@ -95,4 +88,4 @@ class SharedLatency:
                     continue
                 aged.append((str(profile_id), ms, max(0.0, now - at)))
         if aged:
-            self._policy.record_elsewhere(aged)
+            self.policy.record_elsewhere(aged)

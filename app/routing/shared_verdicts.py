@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import msgspec
@@ -42,30 +43,22 @@ class _StoredVerdict(msgspec.Struct, frozen=True):
     cooling_until: float
 
 
+@dataclass(slots=True, eq=False)
 class SharedVerdicts:
-    def __init__(
-        self,
-        registry: BackendRegistry,
-        router: Router,
-        store: StateStore,
-        events: EventBus,
-        *,
-        instance: str,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._registry = registry
-        self._router = router
-        self._store = store
-        self._events = events
-        self.instance = instance
-        self._wall_clock = wall_clock
-        self._pending: set[asyncio.Task[None]] = set()
+    registry: BackendRegistry
+    router: Router
+    store: StateStore
+    events: EventBus
+    _: KW_ONLY
+    instance: str
+    wall_clock: Callable[[], float] = time.time
+    _pending: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     def watch(self) -> None:
         """Share this replica's transitions and restore verdicts for backends as they
         load."""
-        self._router.on_verdict(self._changed)
-        self._registry.on_added(self._schedule_restore)
+        self.router.on_verdict(self._changed)
+        self.registry.on_added(self._schedule_restore)
 
     # -- outgoing ---------------------------------------------------------------------
 
@@ -74,20 +67,20 @@ class SharedVerdicts:
 
     async def _share(self, state: BackendState) -> None:
         open_for = state.breaker.open_remaining()
-        cooling_for = self._router.cooling_remaining(state)
-        now = self._wall_clock()
+        cooling_for = self.router.cooling_remaining(state)
+        now = self.wall_clock()
         key = _key(state.name)
         try:
             ttl = max(open_for, cooling_for)
             if ttl > 0:
                 stored = _StoredVerdict(state.upstream, now + open_for, now + cooling_for)
-                await self._store.set(key, msgspec.json.encode(stored), ttl=ttl)
+                await self.store.set(key, msgspec.json.encode(stored), ttl=ttl)
             else:
-                await self._store.delete(key)
+                await self.store.delete(key)
         except Exception as exc:  # Redis down: the event below may still get through
             logger.warning("could not store backend verdict", backend=state.name, error=repr(exc))
         await tell_others(
-            self._events,
+            self.events,
             VERDICT_CHANNEL,
             self.instance,
             backend=state.name,
@@ -102,7 +95,7 @@ class SharedVerdicts:
         """Apply the verdicts other replicas publish (run supervised; on a broken
         subscription it returns by raising, and the restart re-reads the stored ones)."""
         await follow_others(
-            self._events,
+            self.events,
             VERDICT_CHANNEL,
             self.instance,
             self._apply_event,
@@ -118,7 +111,7 @@ class SharedVerdicts:
         except (KeyError, TypeError, ValueError):
             logger.warning("malformed backend verdict", verdict=event)
             return
-        state = self._registry.get(name)
+        state = self.registry.get(name)
         if state is not None and state.upstream == upstream:
             self._apply(state, open_for, cooling_for)
 
@@ -128,21 +121,21 @@ class SharedVerdicts:
             breaker.trip(open_for)
         elif breaker.state is not BreakerState.CLOSED:
             breaker.record_success()
-        self._router.cool_for(state, cooling_for)
+        self.router.cool_for(state, cooling_for)
 
     async def restore_all(self) -> None:
-        for state in self._registry:
+        for state in self.registry:
             await self.restore(state)
 
     async def restore(self, state: BackendState) -> None:
         """Take over a verdict stored by another replica (a backend loaded after it
         opened, or a replica that missed the event)."""
         try:
-            raw = await self._store.get(_key(state.name))
+            raw = await self.store.get(_key(state.name))
         except Exception as exc:
             logger.warning("could not read backend verdict", backend=state.name, error=repr(exc))
             return
-        if raw is None or not self._registry.is_current(state):
+        if raw is None or not self.registry.is_current(state):
             return
         try:
             stored = msgspec.json.decode(raw, type=_StoredVerdict)
@@ -150,7 +143,7 @@ class SharedVerdicts:
             return
         if stored.upstream != state.upstream:
             return
-        now = self._wall_clock()
+        now = self.wall_clock()
         open_for = max(0.0, stored.open_until - now)
         cooling_for = max(0.0, stored.cooling_until - now)
         if open_for > 0 or cooling_for > 0:
