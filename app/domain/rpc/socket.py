@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -70,22 +71,14 @@ async def _deny(socket: Socket, exc: AronaError) -> None:
     await refuse_websocket(socket, status, body, reason=exc.message, headers=headers)
 
 
+@dataclass(slots=True, eq=False)
 class _Session:
-    def __init__(
-        self,
-        socket: Socket,
-        sub: Subscriber,
-        owner: VideoOwner,
-        jobs: VideoJobs,
-        dispatcher: Dispatcher[RpcContext],
-        max_message_bytes: int,
-    ) -> None:
-        self.socket = socket
-        self.sub = sub
-        self.owner = owner
-        self.jobs = jobs
-        self.dispatcher = dispatcher
-        self.max_message_bytes = max_message_bytes
+    socket: Socket
+    sub: Subscriber
+    owner: VideoOwner
+    jobs: VideoJobs
+    dispatcher: Dispatcher[RpcContext]
+    max_message_bytes: int
 
     async def read(self) -> None:
         """Handle frames until the client leaves."""
