@@ -16,15 +16,14 @@ from app.domain.rpc.methods import RpcContext, http_dispatcher
 from app.domain.rpc.protocol import INVALID_REQUEST, RpcError
 from app.domain.rpc.transport import (
     ASGIHandler,
-    failure,
+    admitted_owner,
     guarded,
-    owner_of,
     request_id,
     send_error,
     send_json,
 )
 from app.domain.video.facade import VideoJobs
-from app.lib.errors import AronaError, PayloadTooLargeError
+from app.lib.errors import PayloadTooLargeError
 
 
 def rpc_http_handler(
@@ -33,18 +32,14 @@ def rpc_http_handler(
     dispatcher = http_dispatcher(request_id)
 
     async def rpc_http(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("method") != "POST":
-            error = RpcError(
-                INVALID_REQUEST,
-                "JSON-RPC over HTTP takes POST (or the WebSocket at /api/rpc/ws)",
-                {"code": "method_not_allowed", "status": 405},
-            )
-            await send_error(send, 405, error, [(b"allow", b"POST")])
-            return
-        try:
-            owner = await owner_of(callers, scope)
-        except AronaError as exc:
-            await send_json(send, *failure(exc))
+        owner = await admitted_owner(
+            callers,
+            scope,
+            send,
+            method="POST",
+            wrong_method="JSON-RPC over HTTP takes POST (or the WebSocket at /api/rpc/ws)",
+        )
+        if owner is None:
             return
         try:
             body = await read_body(receive, max_body_bytes)

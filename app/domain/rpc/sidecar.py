@@ -32,18 +32,18 @@ from app.domain.asgi_stream import send_event_stream
 from app.domain.calls.callers import CallerResolver
 from app.domain.rpc.live import FeedUnavailableError, LiveHub, Subscriber, SubscriberEndedError
 from app.domain.rpc.methods import stream_not_found
-from app.domain.rpc.protocol import INVALID_REQUEST, RpcError, invalid_params
+from app.domain.rpc.protocol import invalid_params
 from app.domain.rpc.transport import (
     ASGIHandler,
+    admitted_owner,
     failure,
     guarded,
-    owner_of,
     send_error,
     send_json,
 )
 from app.domain.video.events import notification_of
 from app.domain.video.facade import VideoJobs, VideoOwner
-from app.lib.errors import AronaError, ServiceUnavailableError
+from app.lib.errors import ServiceUnavailableError
 
 HEARTBEAT_SECONDS = 15.0
 RESYNC_SECONDS = 30.0
@@ -99,16 +99,8 @@ async def stream_frames(
 
 def rpc_events_handler(callers: CallerResolver, jobs: VideoJobs, hub: LiveHub) -> ASGIHandler:
     async def rpc_events(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("method") != "GET":
-            error = RpcError(
-                INVALID_REQUEST, "use GET", {"code": "method_not_allowed", "status": 405}
-            )
-            await send_error(send, 405, error, [(b"allow", b"GET")])
-            return
-        try:
-            owner = await owner_of(callers, scope)
-        except AronaError as exc:
-            await send_json(send, *failure(exc))
+        owner = await admitted_owner(callers, scope, send, method="GET", wrong_method="use GET")
+        if owner is None:
             return
         stream_id = _session(scope)
         if not stream_id or len(stream_id) > MAX_STREAM_ID:

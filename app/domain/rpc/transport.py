@@ -8,7 +8,13 @@ import structlog
 from litestar.types import Message, Receive, Scope, Send
 
 from app.domain.calls.callers import PROJECT_HEADER_KEY, CallerResolver
-from app.domain.rpc.protocol import INTERNAL_ERROR, RpcError, encode_error, rpc_error_of
+from app.domain.rpc.protocol import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    RpcError,
+    encode_error,
+    rpc_error_of,
+)
 from app.domain.video.facade import VideoOwner
 from app.lib.errors import AronaError
 
@@ -32,6 +38,25 @@ async def owner_of(callers: CallerResolver, scope: Scope) -> VideoOwner:
         header(scope, b"authorization"), header(scope, PROJECT_HEADER_KEY.encode())
     )
     return VideoOwner.of(caller)
+
+
+async def admitted_owner(
+    callers: CallerResolver, scope: Scope, send: Send, *, method: str, wrong_method: str
+) -> VideoOwner | None:
+    """The caller of an RPC endpoint over plain HTTP, or ``None`` once the refusal is
+    sent: a 405 naming ``method`` (``wrong_method`` says what to do instead), or the
+    credentials' error."""
+    if scope.get("method") != method:
+        error = RpcError(
+            INVALID_REQUEST, wrong_method, {"code": "method_not_allowed", "status": 405}
+        )
+        await send_error(send, 405, error, [(b"allow", method.encode())])
+        return None
+    try:
+        return await owner_of(callers, scope)
+    except AronaError as exc:
+        await send_json(send, *failure(exc))
+        return None
 
 
 def request_id() -> str | None:
