@@ -12,6 +12,7 @@ import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from redis.asyncio import Redis
@@ -53,6 +54,7 @@ from app.domain.projects.memberships import ProjectMemberships, db_membership_lo
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.limits import QuotaSync
 from app.domain.quotas.wiring import QuotasWiring
+from app.domain.records import field_names
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.conversation_store import ConversationStore
 from app.domain.secrets.deps import secrets_dependencies
@@ -284,56 +286,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         usage=usage.writer,
         admission=admission,
     )
-    resources = Resources(
-        settings=settings,
-        db_config=db_config,
-        state_store=state_store,
-        event_bus=event_bus,
-        redis=redis,
-        vault=vault,
-        token_service=tokens,
-        password_hasher=password_hasher or PasswordHasher(),
-        owns_password_hasher=password_hasher is None,
-        revocations=accounts.revocations,
-        api_key_index=accounts.api_key_index,
-        api_key_sync=accounts.api_key_sync,
-        last_used=accounts.last_used,
-        authenticator=accounts.authenticator,
-        callers=callers,
-        http_client=http_client,
-        backend_registry=routing.registry,
-        alias_table=routing.aliases,
-        profile_table=profiles.table,
-        profile_catalog=profiles.catalog,
-        profile_sync=profiles.sync,
-        custom_llms=custom.custom_llms,
-        override_index=overrides.index,
-        override_sync=overrides.sync,
-        health_checker=routing.health_checker,
-        load_share=routing.load_share,
-        shared_verdicts=routing.shared_verdicts,
-        shared_latency=failover.shared_latency,
-        instance_id=instance_id,
-        routing_sync=routing.routing_sync,
-        agents=agents.agents,
-        usage_writer=usage.writer,
-        quota_gate=quotas.gate,
-        quota_sync=quotas.sync,
-        metrics=metrics,
-        routing=routing.routing,
-        gateway=GatewayService(routing.routing, usage.writer, admission),
-        failover_control=failover.control,
-        runtime_chat=runtime_chat,
-        web_sessions=web.sessions,
-        vllm_metrics=routing.vllm_metrics,
-        video_jobs=video.jobs,
-        video_poller=video.poller,
-        video_prices=video.prices,
-    )
     # Start-up and tasks in this order, stop and close in reverse (docs/architecture.md,
     # "Wiring"): the core closes last, after usage has drained into the database.
-    resources.components = (
-        CoreWiring(resources),
+    areas = (
         accounts,
         routing,
         profiles,
@@ -345,6 +300,41 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         web,
         agents,
         video,
+    )
+    # What an area provides by a name ``Resources`` has is the object that field holds:
+    # taken from the area, not named a second time here.
+    fields = field_names(Resources)
+    provided: dict[str, Any] = {
+        name: value for area in areas for name, value in area.provides().items() if name in fields
+    }
+    resources = Resources(
+        **provided,
+        settings=settings,
+        db_config=db_config,
+        state_store=state_store,
+        event_bus=event_bus,
+        redis=redis,
+        vault=vault,
+        token_service=tokens,
+        password_hasher=password_hasher or PasswordHasher(),
+        owns_password_hasher=password_hasher is None,
+        api_key_index=accounts.api_key_index,
+        last_used=accounts.last_used,
+        callers=callers,
+        http_client=http_client,
+        load_share=routing.load_share,
+        shared_verdicts=routing.shared_verdicts,
+        shared_latency=failover.shared_latency,
+        instance_id=instance_id,
+        metrics=metrics,
+        routing=routing.routing,
+        gateway=GatewayService(routing.routing, usage.writer, admission),
+        runtime_chat=runtime_chat,
+        video_poller=video.poller,
+    )
+    resources.components = (
+        CoreWiring(resources),
+        *areas,
         Provides(
             "calls",
             {

@@ -8,19 +8,13 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
+
 Email = Annotated[str, msgspec.Meta(min_length=3, max_length=320)]
 # The upper bound keeps a hostile client from making argon2 hash megabytes.
 Password = Annotated[str, msgspec.Meta(min_length=8, max_length=1024)]
 LoginPassword = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
 DisplayName = Annotated[str, msgspec.Meta(max_length=200)]
-
-
-class Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    """Base for request bodies: unknown fields are an error, not silently dropped."""
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    """Base for response bodies."""
 
 
 class RegisterRequest(Strict):

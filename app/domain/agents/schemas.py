@@ -8,6 +8,7 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
 from app.lib.agent_frames import ModelId
 
 AgentName = Annotated[
@@ -15,14 +16,6 @@ AgentName = Annotated[
 ]
 DeploymentStatus = Literal["deploying", "running", "failed", "stopping", "stopped"]
 ACTIVE_STATUSES: frozenset[str] = frozenset({"deploying", "running", "stopping"})
-
-
-class Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    pass
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    pass
 
 
 class AgentCreate(Strict):

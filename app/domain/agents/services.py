@@ -13,17 +13,16 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
 from advanced_alchemy.filters import LimitOffset, OrderBy
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import CursorResult, select, update
-from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import AgentDeployment, AgentNode
 from app.domain.agents import events
 from app.domain.agents.schemas import ACTIVE_STATUSES
 from app.domain.paging import newest_first
+from app.domain.races import RACED
 from app.lib.agent_frames import Gpu, Heartbeat, Register, average_utilization
 from app.lib.clock import utcnow
 from app.lib.errors import ConflictError, NotFoundError
@@ -32,7 +31,6 @@ from app.lib.hashing import random_secret, sha256_hex
 
 TOKEN_PREFIX = "agt-"  # noqa: S105 (a display prefix, not a secret)
 DISPLAY_PREFIX_LENGTH = 12
-_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
 
 
 def agent_not_found() -> NotFoundError:
@@ -93,7 +91,7 @@ class AgentNodeService(SQLAlchemyAsyncRepositoryService[AgentNode]):
         )
         try:
             created = await self.create(row, auto_commit=True)
-        except _RACED as exc:
+        except RACED as exc:
             await self.repository.session.rollback()
             raise _name_taken() from exc
         if self.bus is not None:

@@ -18,18 +18,17 @@ import asyncio
 import datetime
 from uuid import uuid4
 
-import msgspec
 import structlog
-from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from litestar import Controller, get, put
-from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import PlatformSetting
 from app.domain.accounts.principals import Principal
 from app.domain.backends.deps import platform_admin
+from app.domain.bodies import Camel, Strict
+from app.domain.races import retry_raced
 from app.lib.events.base import Event, EventBus
 from app.lib.events.follow import follow
 from app.routing.failover import FailoverPolicy, ProfileFailoverStatus
@@ -38,7 +37,6 @@ from app.routing.profiles import Profile, ProfileTable
 CHANNEL = "failover"
 SWITCH_KEY = "failover.latency.enabled"
 logger = structlog.get_logger()
-_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
 
 
 class PlatformSettingService(SQLAlchemyAsyncRepositoryService[PlatformSetting]):
@@ -52,12 +50,8 @@ class PlatformSettingService(SQLAlchemyAsyncRepositoryService[PlatformSetting]):
         return None if row is None else row.value
 
     async def write(self, key: str, value: object) -> None:
-        try:
-            await self._write(key, value)
-        except _RACED:
-            # Another replica created the key between our read and insert.
-            await self.repository.session.rollback()
-            await self._write(key, value)
+        # Another replica can create the key between our read and insert.
+        await retry_raced(self.repository.session, lambda: self._write(key, value))
 
     async def _write(self, key: str, value: object) -> None:
         row = await self.get_one_or_none(PlatformSetting.key == key)
@@ -125,11 +119,11 @@ class FailoverControl:
         await asyncio.gather(*self._publishing, return_exceptions=True)
 
 
-class FailoverSwitch(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+class FailoverSwitch(Strict):
     enabled: bool
 
 
-class ProfileFailoverOut(msgspec.Struct, rename="camel"):
+class ProfileFailoverOut(Camel):
     profile_id: str
     state: str
     """``ok``, ``slow`` (no usable link to redirect to) or ``redirecting``."""
@@ -142,7 +136,7 @@ class ProfileFailoverOut(msgspec.Struct, rename="camel"):
     failover_chain: list[str]
 
 
-class FailoverOut(msgspec.Struct, rename="camel"):
+class FailoverOut(Camel):
     enabled: bool
     profiles: list[ProfileFailoverOut]
 

@@ -6,20 +6,18 @@ from collections.abc import Sequence
 from typing import Protocol
 from uuid import UUID, uuid4
 
-from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
 from advanced_alchemy.filters import LimitOffset, OrderBy
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
-from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import BackendConfig, ModelAlias
 from app.domain.backends.schemas import ValidRegistration
+from app.domain.races import RACED, retry_raced
 from app.lib.errors import NotFoundError
 from app.lib.vault import Vault, VaultError, aad
 from app.routing.types import BackendSpec
 
 AAD_KIND = "backend_config"
-_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
 
 
 def key_aad(row_id: UUID) -> bytes:
@@ -105,12 +103,10 @@ class BackendConfigService(SQLAlchemyAsyncRepositoryService[BackendConfig]):
 
     async def register(self, registration: ValidRegistration, vault: Vault) -> BackendConfig:
         """Register ``registration.name``, replacing everything about an existing one."""
-        try:
-            row = await self._register(registration, vault)
-        except _RACED:
-            # Another request created the same name between our read and insert.
-            await self.repository.session.rollback()
-            row = await self._register(registration, vault)
+        # Another request can create the same name between our read and insert.
+        row = await retry_raced(
+            self.repository.session, lambda: self._register(registration, vault)
+        )
         await self._changed(row.name)
         return row
 
@@ -133,7 +129,7 @@ class BackendConfigService(SQLAlchemyAsyncRepositoryService[BackendConfig]):
             return None
         try:
             return await self.create(_new_row(registration, vault), auto_commit=True)
-        except _RACED:
+        except RACED:
             await self.repository.session.rollback()
             return None
 
@@ -172,11 +168,7 @@ class AliasService(SQLAlchemyAsyncRepositoryService[ModelAlias]):
     """Set by the request's provider: told after every write."""
 
     async def set_alias(self, alias: str, target: str) -> ModelAlias:
-        try:
-            row = await self._set_alias(alias, target)
-        except _RACED:
-            await self.repository.session.rollback()
-            row = await self._set_alias(alias, target)
+        row = await retry_raced(self.repository.session, lambda: self._set_alias(alias, target))
         await self._changed()
         return row
 

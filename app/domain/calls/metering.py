@@ -19,6 +19,7 @@ import structlog
 
 from app.domain.calls.admission import Admission
 from app.domain.calls.callers import Caller
+from app.domain.records import copied
 from app.domain.usage.entry import UsageEntry, UsageSink
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
@@ -48,7 +49,7 @@ class CallRecord:
     conversation_id: str | None = None
     model_profile_id: str | None = None
     backend: str | None = None
-    served_model: str | None = None
+    model_served: str | None = None
     usage: Usage | None = None
     status: int = 200
     error_code: str | None = None
@@ -72,40 +73,28 @@ class CallRecord:
 
     def served(self, outcome: CallOutcome) -> None:
         """A complete answer came back from ``outcome.backend``."""
-        self.backend, self.served_model = outcome.backend, outcome.served_model or None
+        self.backend, self.model_served = outcome.backend, outcome.served_model or None
         self.usage = outcome.usage
 
     def relayed(self, relay: RelayedStream, usage: Usage) -> None:
         """A relayed stream is over; ``usage`` is what it counted."""
-        self.backend, self.served_model = relay.backend or None, relay.served_model or None
+        self.backend, self.model_served = relay.backend or None, relay.served_model or None
         self.usage = usage
         if relay.first_byte_at is not None:
             self.ttft_ms = int((relay.first_byte_at - self.started) * 1000)
 
     def entry(self, *, latency_ms: int, created_at: datetime.datetime | None = None) -> UsageEntry:
         usage = self.usage or Usage()
-        return UsageEntry(
-            project_id=self.project_id,
-            api_key_id=self.api_key_id,
-            user_id=self.user_id,
-            model_requested=self.model_requested,
-            model_served=self.served_model,
-            backend=self.backend,
-            endpoint=self.endpoint,
-            streamed=self.streamed,
+        # The call's own fields by name (the entry's ``id`` is new); the counts from
+        # its usage.
+        return copied(
+            UsageEntry,
+            self,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             total_tokens=usage.total_tokens,
             estimated=usage.estimated,
-            status=self.status,
-            error_code=self.error_code,
             latency_ms=latency_ms,
-            ttft_ms=self.ttft_ms,
-            conversation_id=self.conversation_id,
-            model_profile_id=self.model_profile_id,
-            is_custom=self.is_custom,
-            is_override_key=self.is_override_key,
-            cost=self.cost,
             created_at=created_at or utcnow(),
         )
 

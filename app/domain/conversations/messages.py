@@ -213,8 +213,10 @@ def _bad(message: str, code: str, param: str) -> BadRequestError:
 
 
 def stored_message(
-    conversation_id: Any, seq: int, message: NewMessage, **extra: Any
+    conversation_id: Any, seq: int, message: NewMessage | ConversationMessage, **extra: Any
 ) -> ConversationMessage:
+    """``message`` as row ``seq`` of the conversation (a new turn, or a stored one
+    copied into a fork)."""
     return ConversationMessage(
         conversation_id=conversation_id,
         seq=seq,

@@ -12,6 +12,8 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
+
 Title = Annotated[str, msgspec.Meta(max_length=200)]
 ProfileId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 MessageName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -21,14 +23,6 @@ MAX_MESSAGES = 10_000
 alone would let a few bytes each become hundreds of thousands of rows."""
 # A string, OpenAI content parts (checked in ``messages``) or null.
 Content = str | list[Any] | None
-
-
-class Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    pass
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    pass
 
 
 class MessageIn(Strict):

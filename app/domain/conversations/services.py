@@ -261,14 +261,10 @@ class ConversationService(SQLAlchemyAsyncRepositoryService[Conversation]):
             await session.flush()
             session.add_all(
                 [
-                    ConversationMessage(
-                        conversation_id=fork.id,
-                        seq=seq,
-                        role=m.role,
-                        content=m.content,
-                        name=m.name,
-                        tool_calls=m.tool_calls,
-                        tool_call_id=m.tool_call_id,
+                    stored_message(
+                        fork.id,
+                        seq,
+                        m,
                         model_profile_id=m.model_profile_id,
                         backend=m.backend,
                         prompt_tokens=m.prompt_tokens,

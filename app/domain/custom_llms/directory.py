@@ -55,13 +55,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from app.domain.custom_llms.names import LLM_ID_PREFIX, llm_id
+from app.domain.custom_llms.names import LLM_ID_PREFIX
 from app.domain.custom_llms.stored import StoredLlm
 from app.domain.custom_llms.templates import context_window_tokens
+from app.domain.project_cache import ProjectCache
+from app.domain.records import copied
 from app.lib.keyed_cache import KeyedCache
 from app.lib.replicated_cache import ReplicatedCache
 from app.routing.backends.openai import auth_headers
-from app.routing.types import AuthScheme, BackendSpec
+from app.routing.types import BackendSpec
 
 DEFAULT_MAX_PROJECTS = 10_000
 
@@ -80,24 +82,11 @@ def parse_llm_id(model: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class CustomTarget:
-    """One custom LLM, ready to call. Its ``api_key`` is plaintext: never log it."""
+class CustomTarget(StoredLlm):
+    """One custom LLM, ready to call: the stored one with its key opened. Its
+    ``api_key`` is plaintext: never log it."""
 
-    project_id: UUID
-    id: UUID
-    name: str
-    llm_id: str
-    """``custom:<name>``."""
-    template: str
-    base_url: str
-    model: str
-    """The model name sent upstream (Bob: ``premium``)."""
-    auth_scheme: AuthScheme
     api_key: str | None = field(repr=False)
-    provider: str
-    max_input_tokens: int
-    max_output_tokens: int
-    enabled: bool
 
     @property
     def context_window_tokens(self) -> int:
@@ -149,16 +138,7 @@ class _Project:
     ) -> None:
         self.rows = by_name = {row.name: row for row in rows}
         self.listing = [
-            CustomListing(
-                llm_id=llm_id(row.name),
-                name=row.name,
-                provider=row.provider,
-                model=row.model,
-                max_input_tokens=row.max_input_tokens,
-                max_output_tokens=row.max_output_tokens,
-            )
-            for row in sorted(rows, key=lambda r: r.name)
-            if row.enabled
+            copied(CustomListing, row) for row in sorted(rows, key=lambda r: r.name) if row.enabled
         ]
         # Each key is opened on its first call, once for concurrent calls; a failure is
         # not kept. An entry dropped meanwhile (a rotation) is no longer read: caching
@@ -169,7 +149,10 @@ class _Project:
         )
 
 
-class CustomLlmDirectory:
+class CustomLlmDirectory(ProjectCache[_Project]):
+    """A project's entry is dropped when its custom LLMs, or a secret they use,
+    change."""
+
     def __init__(
         self,
         loader: ProjectLoader,
@@ -205,24 +188,6 @@ class CustomLlmDirectory:
         (the test endpoint: fresh even before this replica hears of a change)."""
         return await self._target(llm)
 
-    # ------------------------------------------------------------- invalidation
-
-    def invalidate_project(self, project_id: UUID) -> None:
-        """The project's custom LLMs (or a secret they use) changed."""
-        self._entries.invalidate(project_id)
-
-    def invalidate_all(self) -> None:
-        self._entries.invalidate_all()
-
-    def mark_all_stale(self) -> None:
-        """Events may have been lost (a resubscription, the periodic safety net): read
-        each project again on its next call, but keep what is held to serve while the
-        database cannot be read."""
-        self._entries.mark_all_stale()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
     # ---------------------------------------------------------------- internals
 
     async def _target(self, row: StoredLlm) -> CustomTarget:
@@ -232,18 +197,4 @@ class CustomLlmDirectory:
                 key = await self._reveal(row.project_id, row.secret_id)
             elif row.api_key_encrypted is not None:
                 key = self._open_key(row)
-        return CustomTarget(
-            project_id=row.project_id,
-            id=row.id,
-            name=row.name,
-            llm_id=llm_id(row.name),
-            template=row.template,
-            base_url=row.base_url,
-            model=row.model,
-            auth_scheme=row.auth_scheme,
-            api_key=key,
-            provider=row.provider,
-            max_input_tokens=row.max_input_tokens,
-            max_output_tokens=row.max_output_tokens,
-            enabled=row.enabled,
-        )
+        return copied(CustomTarget, row, api_key=key)

@@ -13,6 +13,8 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
+
 # Url-safe and lower case: the name is the path segment and the model id's suffix
 # (``custom:<name>``), so ``Bob`` and ``bob`` must not both exist. Patterns end in
 # ``\Z``: ``$`` would also match before a trailing newline.
@@ -40,40 +42,11 @@ TemplateIn = Literal["bob", "custom"]
 Credential = Literal["secret", "apiKey", "none"]
 
 
-class Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    pass
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    pass
-
-
-class CustomLlmCreate(Strict):
-    """Every field but ``template`` is optional here; which ones a template requires,
+class CustomLlmFields(Strict):
+    """The fields of a custom LLM body, each optional; which ones a template requires,
     allows or locks is checked by the service (``templates``)."""
 
-    template: TemplateIn = "bob"
-    name: LlmName | msgspec.UnsetType = msgspec.UNSET
-    base_url: BaseUrl | msgspec.UnsetType = msgspec.UNSET
-    model: ModelName | msgspec.UnsetType = msgspec.UNSET
-    auth_scheme: AuthSchemeIn | msgspec.UnsetType = msgspec.UNSET
-    provider: Provider | msgspec.UnsetType = msgspec.UNSET
-    max_input_tokens: Tokens | msgspec.UnsetType = msgspec.UNSET
-    max_output_tokens: Tokens | msgspec.UnsetType = msgspec.UNSET
-    api_key: ApiKeyValue | msgspec.UnsetType = msgspec.UNSET
-    secret_id: UUID | msgspec.UnsetType = msgspec.UNSET
-    enabled: bool = True
-
-    def __repr__(self) -> str:
-        # Keeps the key out of tracebacks and debug output that repr the body.
-        return f"CustomLlmCreate(template={self.template!r}, name={self.name!r}, apiKey=<hidden>)"
-
-
-class CustomLlmUpdate(Strict):
-    """A partial update; ``apiKey``/``secretId`` null drops that credential."""
-
     template: TemplateIn | msgspec.UnsetType = msgspec.UNSET
-    """Always refused (400 ``locked_field``): a template is chosen at creation."""
     name: LlmName | msgspec.UnsetType = msgspec.UNSET
     base_url: BaseUrl | msgspec.UnsetType = msgspec.UNSET
     model: ModelName | msgspec.UnsetType = msgspec.UNSET
@@ -84,6 +57,25 @@ class CustomLlmUpdate(Strict):
     api_key: ApiKeyValue | msgspec.UnsetType | None = msgspec.UNSET
     secret_id: UUID | msgspec.UnsetType | None = msgspec.UNSET
     enabled: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class CustomLlmCreate(CustomLlmFields):
+    """Every field but ``template`` is optional here (a redefined field keeps its
+    place, so the wire order is that of ``CustomLlmFields``)."""
+
+    template: TemplateIn = "bob"
+    api_key: ApiKeyValue | msgspec.UnsetType = msgspec.UNSET
+    secret_id: UUID | msgspec.UnsetType = msgspec.UNSET
+    enabled: bool = True
+
+    def __repr__(self) -> str:
+        # Keeps the key out of tracebacks and debug output that repr the body.
+        return f"CustomLlmCreate(template={self.template!r}, name={self.name!r}, apiKey=<hidden>)"
+
+
+class CustomLlmUpdate(CustomLlmFields):
+    """A partial update; ``apiKey``/``secretId`` null drops that credential. A
+    ``template`` is always refused (400 ``locked_field``): it is chosen at creation."""
 
     def __repr__(self) -> str:
         return f"CustomLlmUpdate(name={self.name!r}, apiKey=<hidden>)"

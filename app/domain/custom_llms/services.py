@@ -15,11 +15,9 @@ from typing import cast
 from uuid import UUID, uuid4
 
 import msgspec
-from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import CustomLlm, Project, ProjectSecret
 from app.domain.custom_llms.names import custom_llm_not_found, name_taken, suggest_names
@@ -35,6 +33,8 @@ from app.domain.custom_llms.templates import (
     Technical,
     locked_field,
 )
+from app.domain.races import commit_raced
+from app.domain.records import field_values
 from app.domain.secrets.aad import custom_llm_aad
 from app.lib.errors import AronaError, BadRequestError, ConflictError, NotFoundError
 from app.lib.replicated_cache import UNPUBLISHED, Changes
@@ -42,7 +42,6 @@ from app.lib.ssrf import UnsafeUrlError, UrlGuard
 from app.lib.vault import Vault, mask
 from app.routing.types import AuthScheme
 
-_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
 SUGGESTION_ROUNDS = 5
 """Suggestions are drawn again while the platform uses one of them, at most this often
 (then those it uses are left out)."""
@@ -179,22 +178,13 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
             project_id=project.id,
             name=name,
             template=data.template,
-            base_url=technical.base_url,
-            model=technical.model,
-            auth_scheme=technical.auth_scheme,
-            provider=technical.provider,
-            max_input_tokens=technical.max_input_tokens,
-            max_output_tokens=technical.max_output_tokens,
             enabled=data.enabled,
+            **field_values(Technical, technical),
         )
         self._store_credentials(row, credentials, vault)
-        session = self.repository.session
-        try:
-            session.add(row)
-            await session.commit()
-        except _RACED as exc:
-            await session.rollback()
-            raise await self._raced(project, name, credentials) from exc
+        raced = await commit_raced(self.repository.session, row)
+        if raced is not None:
+            raise await self._raced(project, name, credentials) from raced
         await self.changes.changed(project.id)
         return row
 
@@ -230,12 +220,9 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
         if _given(data.enabled):
             row.enabled = cast(bool, data.enabled)
         self._store_credentials(row, credentials, vault)
-        session = self.repository.session
-        try:
-            await session.commit()
-        except _RACED as exc:
-            await session.rollback()
-            raise await self._raced(project, new_name, credentials) from exc
+        raced = await commit_raced(self.repository.session)
+        if raced is not None:
+            raise await self._raced(project, new_name, credentials) from raced
         await self.changes.changed(project.id)
         return row
 

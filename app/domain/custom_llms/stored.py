@@ -5,17 +5,18 @@ a cache miss)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
 from uuid import UUID
 
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from sqlalchemy import select
 
 from app.db.models import CustomLlm
+from app.domain.custom_llms.names import llm_id
+from app.domain.custom_llms.templates import Technical
+from app.domain.records import copied
 from app.domain.secrets.aad import custom_llm_aad
 from app.lib.errors import AronaError
 from app.lib.vault import Vault, VaultError
-from app.routing.types import AuthScheme
 
 
 class CustomLlmKeyUnreadableError(AronaError):
@@ -26,40 +27,25 @@ class CustomLlmKeyUnreadableError(AronaError):
 
 
 @dataclass(frozen=True, slots=True)
-class StoredLlm:
+class StoredLlm(Technical):
     """A custom LLM as the directory caches it (key still sealed)."""
 
     id: UUID
     project_id: UUID
     name: str
     template: str
-    base_url: str
-    model: str
-    auth_scheme: AuthScheme
-    provider: str
-    max_input_tokens: int
-    max_output_tokens: int
     enabled: bool
     secret_id: UUID | None
     api_key_encrypted: str | None = field(repr=False)
 
+    @property
+    def llm_id(self) -> str:
+        """``custom:<name>``."""
+        return llm_id(self.name)
+
 
 def stored_llm(row: CustomLlm) -> StoredLlm:
-    return StoredLlm(
-        id=row.id,
-        project_id=row.project_id,
-        name=row.name,
-        template=row.template,
-        base_url=row.base_url,
-        model=row.model,
-        auth_scheme=cast(AuthScheme, row.auth_scheme),
-        provider=row.provider,
-        max_input_tokens=row.max_input_tokens,
-        max_output_tokens=row.max_output_tokens,
-        enabled=row.enabled,
-        secret_id=row.secret_id,
-        api_key_encrypted=row.api_key_encrypted,
-    )
+    return copied(StoredLlm, row)
 
 
 async def load_project_llms(db_config: SQLAlchemyAsyncConfig, project_id: UUID) -> list[StoredLlm]:

@@ -28,6 +28,7 @@ class Technical:
 
     base_url: str
     model: str
+    """The model name sent upstream (Bob: ``premium``)."""
     auth_scheme: AuthScheme
     provider: str
     max_input_tokens: int

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from uuid import UUID
 
+from app.domain.project_cache import ProjectCache
 from app.lib.replicated_cache import ReplicatedCache
 
 # Projects kept at most; past that the oldest entries are dropped.
@@ -131,7 +132,7 @@ def _weight(entry: _Entry) -> int:
     return entry.weight
 
 
-class OverrideIndex:
+class OverrideIndex(ProjectCache[_Entry]):
     def __init__(
         self,
         loader: OverrideLoader,
@@ -178,27 +179,7 @@ class OverrideIndex:
         costs no query)."""
         return self._entries.is_current(project_id)
 
-    def __len__(self) -> int:
-        """Projects cached (including those cached as having no overrides)."""
-        return len(self._entries)
-
     @property
     def cached_overrides(self) -> int:
         """The weight held: overrides cached, a project without any counting one."""
         return self._entries.weight
-
-    # ------------------------------------------------------------- invalidation
-
-    def invalidate_project(self, project_id: UUID) -> None:
-        """The project's overrides changed: its next request reads them again."""
-        self._entries.invalidate(project_id)
-
-    def invalidate_all(self) -> None:
-        """Forget every project."""
-        self._entries.invalidate_all()
-
-    def mark_all_stale(self) -> None:
-        """Events may have been lost (a resubscription, the periodic safety net): read
-        each project again on its next request, but keep what is held to serve while
-        the database cannot be read."""
-        self._entries.mark_all_stale()

@@ -12,6 +12,8 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
+
 MAX_TARGET = 200
 MAX_KEY = 8192
 
@@ -20,7 +22,7 @@ ModelIdIn = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TARGET)]
 ApiKeyIn = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY)]
 
 
-class OverrideCreate(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+class OverrideCreate(Strict):
     conversation_id: ConversationIdIn
     """Matched exactly against the ``conversation_id`` of a request."""
     model_id: ModelIdIn
@@ -35,7 +37,7 @@ class OverrideCreate(msgspec.Struct, forbid_unknown_fields=True, rename="camel")
         )
 
 
-class OverrideOut(msgspec.Struct, rename="camel"):
+class OverrideOut(Camel):
     id: UUID
     conversation_id: str
     model_id: str

@@ -26,23 +26,21 @@ from collections.abc import Sequence
 from uuid import UUID, uuid4
 
 import structlog
-from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import delete, func, select
-from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import OverrideKey
 from app.domain.overrides.index import LoadedOverride
 from app.domain.overrides.schemas import OverrideCreate
+from app.domain.races import commit_raced
 from app.domain.secrets.aad import override_key_aad
 from app.lib.errors import BadRequestError, ConflictError, NotFoundError
 from app.lib.replicated_cache import UNPUBLISHED, Changes
 from app.lib.vault import Vault, VaultError, mask
 
 MAX_OVERRIDES_PER_PROJECT = 10_000
-_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
 # Control characters (C0, DEL, C1) and the Unicode line/paragraph separators.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
@@ -132,16 +130,10 @@ class OverrideService(SQLAlchemyAsyncRepositoryService[OverrideKey]):
             key_encrypted=vault.encrypt(api_key, override_key_aad(project_id, row_id)),
             key_hint=mask(api_key),
         )
-        try:
-            session.add(row)
-            await session.commit()
-        except _RACED as exc:
-            # Another request created the same target after the check above.
-            await session.rollback()
-            raise _override_exists() from exc
-        except BaseException:
-            await session.rollback()
-            raise
+        # Another request can create the same target after the check above.
+        raced = await commit_raced(session, row)
+        if raced is not None:
+            raise _override_exists() from raced
         await self.changes.changed(project_id)
         return row
 

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from app.domain.profiles.schemas import LlmCatalog, LlmOut
+from app.domain.project_cache import ProjectCache
+from app.domain.records import copied
 from app.lib.errors import BadRequestError, NotFoundError
 from app.lib.replicated_cache import ReplicatedCache
 from app.routing.profiles import Profile, ProfileTable
@@ -78,7 +80,10 @@ class CatalogEntry:
     """The extra source's entries, kept to rebuild without reading them again."""
 
 
-class ProfileCatalog:
+class ProfileCatalog(ProjectCache[CatalogEntry]):
+    """Every project's settings are dropped at once (``invalidate_all``) when a
+    profile is deleted or an extra source attached."""
+
     def __init__(
         self,
         table: ProfileTable,
@@ -147,25 +152,6 @@ class ProfileCatalog:
         """Whether ``profile_id`` exists and is enabled globally and for the project."""
         return profile_id in (await self._entry(project_id)).enabled_ids
 
-    # ------------------------------------------------------------- invalidation
-
-    def invalidate_project(self, project_id: UUID) -> None:
-        """The project's settings changed: its next request reads them again."""
-        self._entries.invalidate(project_id)
-
-    def invalidate_all(self) -> None:
-        """Every project's settings changed (a profile was deleted)."""
-        self._entries.invalidate_all()
-
-    def mark_all_stale(self) -> None:
-        """Events may have been lost (a resubscription, the periodic safety net): read
-        each project again on its next request, but keep what is held to serve while
-        the database cannot be read."""
-        self._entries.mark_all_stale()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
     # ---------------------------------------------------------------- internals
 
     async def _entry(self, project_id: UUID) -> CatalogEntry:
@@ -194,18 +180,7 @@ class ProfileCatalog:
             allowed = settings.allows(profile)
             if allowed:
                 enabled.append(profile.id)
-            llms.append(
-                LlmOut(
-                    id=profile.id,
-                    name=profile.name,
-                    enabled=allowed,
-                    supports_tools=profile.supports_tools,
-                    supports_images=profile.supports_images,
-                    context_window_tokens=profile.context_window_tokens,
-                    max_output_tokens=profile.max_output_tokens,
-                    tags=sorted(profile.tags),
-                )
-            )
+            llms.append(copied(LlmOut, profile, enabled=allowed, tags=sorted(profile.tags)))
         llms.extend(extra)
         enabled_ids = frozenset(enabled)
         default = settings.default_profile_id

@@ -10,6 +10,7 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
 from app.lib.errors import BadRequestError
 from app.routing.types import ScoreKind
 
@@ -33,14 +34,6 @@ Tokens = Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
 SlowThresholdMs = Annotated[int, msgspec.Meta(gt=0, le=MAX_SLOW_THRESHOLD_MS)]
 Chain = Annotated[list[ProfileId], msgspec.Meta(max_length=MAX_CHAIN)]
 EnabledIds = Annotated[list[ProfileId], msgspec.Meta(max_length=MAX_ENABLED)]
-
-
-class Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    pass
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    pass
 
 
 # ------------------------------------------------------------------ admin API

@@ -20,17 +20,15 @@ SQLite runs one writer at a time anyway.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID, uuid4
 
 import msgspec
-from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from advanced_alchemy.filters import LimitOffset, OrderBy
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import Text, cast, or_, select
-from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ModelProfile, ProjectProfileSettings
@@ -43,31 +41,37 @@ from app.domain.profiles.schemas import (
     normalize_tags,
     unique_ids,
 )
+from app.domain.races import commit_raced, retry_raced
+from app.domain.records import copied
 from app.lib.errors import BadRequestError, ConflictError, NotFoundError
 from app.lib.replicated_cache import UNPUBLISHED, Changes
 from app.routing.profiles import Profile
 from app.routing.types import SCORE_KINDS, ScoreKind
 
-_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
-
 
 def to_profile(row: ModelProfile) -> Profile:
     """The routing view of a stored profile."""
-    return Profile(
-        id=row.id,
-        name=row.name,
-        base_model=row.base_model,
+    return copied(
+        Profile,
+        row,
         tags=frozenset(row.tags or ()),
-        supports_tools=row.supports_tools,
-        supports_images=row.supports_images,
-        context_window_tokens=row.context_window_tokens,
-        max_output_tokens=row.max_output_tokens,
-        enabled=row.enabled,
-        fallback_profile_id=row.fallback_profile_id,
-        slow_threshold_ms=row.slow_threshold_ms,
         failover_chain=tuple(row.failover_chain or ()),
         routing_score=score_kind(row.routing_score),
     )
+
+
+def stored_values(data: ProfileCreate | ProfileUpdate) -> dict[str, Any]:
+    """The fields the body gives, as stored: names trimmed, tags normalized, the
+    chain checked (400 naming ``failoverChain``)."""
+    values = {k: v for k, v in msgspec.structs.asdict(data).items() if v is not msgspec.UNSET}
+    for name in ("name", "base_model"):
+        if name in values:
+            values[name] = values[name].strip()
+    if "tags" in values:
+        values["tags"] = normalize_tags(values["tags"])
+    if "failover_chain" in values:
+        values["failover_chain"] = unique_ids(values["failover_chain"], "failoverChain")
+    return values
 
 
 def score_kind(value: str | None) -> ScoreKind | None:
@@ -122,70 +126,25 @@ class ModelProfileService(SQLAlchemyAsyncRepositoryService[ModelProfile]):
 
     async def create_profile(self, data: ProfileCreate) -> ModelProfile:
         profile_id = check_profile_id(data.id, "id")
-        chain = unique_ids(data.failover_chain, "failoverChain")
+        values = stored_values(data)
         if await self.exists(ModelProfile.id == profile_id):
             raise _exists(profile_id)
-        await self._check_references(profile_id, data.fallback_profile_id, chain)
-        row = ModelProfile(
-            id=profile_id,
-            name=data.name.strip(),
-            base_model=data.base_model.strip(),
-            tags=normalize_tags(data.tags),
-            supports_tools=data.supports_tools,
-            supports_images=data.supports_images,
-            context_window_tokens=data.context_window_tokens,
-            max_output_tokens=data.max_output_tokens,
-            enabled=data.enabled,
-            fallback_profile_id=data.fallback_profile_id,
-            slow_threshold_ms=data.slow_threshold_ms,
-            failover_chain=chain,
-            routing_score=data.routing_score,
-        )
-        session = self.repository.session
-        session.add(row)
-        try:
-            await session.commit()
-        except _RACED as exc:  # created concurrently between the check and the insert
-            await session.rollback()
-            raise _exists(profile_id) from exc
+        await self._check_references(profile_id, data.fallback_profile_id, values["failover_chain"])
+        row = ModelProfile(**values)
+        raced = await commit_raced(self.repository.session, row)
+        if raced is not None:  # created concurrently between the check and the insert
+            raise _exists(profile_id) from raced
         await self._changed(profile_id)
         return row
 
     async def update_profile(self, profile_id: str, data: ProfileUpdate) -> ModelProfile:
         row = await self._locked(profile_id)
-        fallback = data.fallback_profile_id
-        chain = data.failover_chain
-        if chain is not msgspec.UNSET:
-            chain = unique_ids(chain, "failoverChain")
+        values = stored_values(data)
         await self._check_references(
-            profile_id,
-            None if fallback is msgspec.UNSET else fallback,
-            [] if chain is msgspec.UNSET else chain,
+            profile_id, values.get("fallback_profile_id"), values.get("failover_chain", [])
         )
-        if data.name is not msgspec.UNSET:
-            row.name = data.name.strip()
-        if data.base_model is not msgspec.UNSET:
-            row.base_model = data.base_model.strip()
-        if data.tags is not msgspec.UNSET:
-            row.tags = normalize_tags(data.tags)
-        if data.supports_tools is not msgspec.UNSET:
-            row.supports_tools = data.supports_tools
-        if data.supports_images is not msgspec.UNSET:
-            row.supports_images = data.supports_images
-        if data.context_window_tokens is not msgspec.UNSET:
-            row.context_window_tokens = data.context_window_tokens
-        if data.max_output_tokens is not msgspec.UNSET:
-            row.max_output_tokens = data.max_output_tokens
-        if data.enabled is not msgspec.UNSET:
-            row.enabled = data.enabled
-        if fallback is not msgspec.UNSET:
-            row.fallback_profile_id = fallback
-        if data.slow_threshold_ms is not msgspec.UNSET:
-            row.slow_threshold_ms = data.slow_threshold_ms
-        if chain is not msgspec.UNSET:
-            row.failover_chain = chain
-        if data.routing_score is not msgspec.UNSET:
-            row.routing_score = data.routing_score
+        for name, value in values.items():
+            setattr(row, name, value)
         await self.repository.session.commit()
         await self._changed(profile_id)
         return row
@@ -331,11 +290,10 @@ class ProjectModelsService(SQLAlchemyAsyncRepositoryService[ProjectProfileSettin
                 raise _default_not_enabled(default, "is not in enabledProfileIds")
             if not known[default]:
                 raise _default_not_enabled(default, "is disabled on the platform")
-        try:
-            await self._upsert(project_id, default, enabled)
-        except _RACED:  # the first settings of this project, written twice at once
-            await self.repository.session.rollback()
-            await self._upsert(project_id, default, enabled)
+        # The first settings of this project can be written twice at once.
+        await retry_raced(
+            self.repository.session, lambda: self._upsert(project_id, default, enabled)
+        )
         await self.changes.changed(project_id)
         return ProjectModels(
             default_profile_id=default,

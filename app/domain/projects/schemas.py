@@ -8,6 +8,8 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
+
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
 # At least one visible character: names are stored stripped.
 ProjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
@@ -16,14 +18,6 @@ Label = Annotated[str, msgspec.Meta(max_length=200)]
 Role = Literal["owner", "member"]
 # A runtime token lives between one minute and one year.
 TokenLifetime = Annotated[int, msgspec.Meta(ge=60, le=366 * 24 * 3600)]
-
-
-class Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    pass
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    pass
 
 
 class ProjectCreate(Strict):

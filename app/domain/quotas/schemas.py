@@ -7,17 +7,11 @@ from typing import Annotated
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
+
 # The columns are 32-bit integers.
 MAX_LIMIT = 2_147_483_647
 Limit = Annotated[int, msgspec.Meta(ge=0, le=MAX_LIMIT)]
-
-
-class Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    pass
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    pass
 
 
 class AdminQuotaIn(Strict):

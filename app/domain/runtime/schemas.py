@@ -7,12 +7,13 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Strict
 from app.domain.conversations.schemas import MAX_MESSAGES, MessageIn, ProfileId
 
 MAX_TOOLS = 128
 
 
-class RuntimeChatRequest(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+class RuntimeChatRequest(Strict):
     conversation_id: UUID
     messages: Annotated[list[MessageIn], msgspec.Meta(min_length=1, max_length=MAX_MESSAGES)]
     """The new turn(s); the stored history is sent upstream before them."""

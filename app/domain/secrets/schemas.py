@@ -11,6 +11,8 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
+
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,100}$"
 MAX_VALUE_BYTES = 16 * 1024
 """A value is at most 16 KiB of UTF-8 (checked in bytes by ``services.check_value``)."""
@@ -19,14 +21,6 @@ SecretName = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, min_length=1, max
 # The character bound is a cheap first cut; the byte bound is checked after decoding.
 SecretValue = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_VALUE_BYTES)]
 Description = Annotated[str, msgspec.Meta(max_length=500)]
-
-
-class Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    pass
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    pass
 
 
 class SecretCreate(Strict):

@@ -43,14 +43,13 @@ from collections.abc import Callable, Sequence
 from uuid import UUID, uuid4
 
 import structlog
-from advanced_alchemy.exceptions import DuplicateKeyError, IntegrityError
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import delete, func, select
-from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import CustomLlm, ProjectSecret
+from app.domain.races import RACED, commit_raced
 from app.domain.secrets.aad import secret_aad
 from app.domain.secrets.schemas import MAX_VALUE_BYTES, SecretUser
 from app.lib.clock import utcnow
@@ -61,7 +60,6 @@ from app.lib.vault import Vault, VaultError, mask
 CHANNEL = "secrets.changed"
 """EventBus channel of ``{"kind": "secret", "projectId", "secretId", "origin"}``."""
 KIND_SECRET = "secret"  # noqa: S105 (an event kind, not a password)
-_RACED = (DuplicateKeyError, IntegrityError, SQLAlchemyIntegrityError)
 logger = structlog.get_logger()
 
 
@@ -143,14 +141,10 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
             hint=mask(value),
             rotated_at=None,
         )
-        session = self.repository.session
-        try:
-            session.add(row)
-            await session.commit()
-        except _RACED as exc:
-            # Another request created the same name between the check and the insert.
-            await session.rollback()
-            raise secret_exists(name) from exc
+        # Another request can create the same name between the check and the insert.
+        raced = await commit_raced(self.repository.session, row)
+        if raced is not None:
+            raise secret_exists(name) from raced
         logger.info("secret created", project_id=str(project_id), secret_id=str(row.id), name=name)
         return row
 
@@ -244,7 +238,7 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
                 await session.rollback()
                 raise secret_not_found()
             await session.commit()
-        except _RACED as exc:
+        except RACED as exc:
             # A custom LLM started to use it between the check and the delete: the
             # foreign key (ON DELETE RESTRICT) refused.
             await session.rollback()

@@ -5,11 +5,7 @@ from __future__ import annotations
 import datetime
 from uuid import UUID
 
-import msgspec
-
-
-class Camel(msgspec.Struct, rename="camel"):
-    pass
+from app.domain.bodies import Camel
 
 
 class UsageRecordOut(Camel):

@@ -45,7 +45,7 @@ def usage_row(
         api_key_id=job.api_key_id,
         user_id=job.user_id,
         backend=backend or job.backend,
-        served_model=model_served or job.model_served,
+        model_served=model_served or job.model_served,
         status=status,
         error_code=None if error_code is None else error_code[:64],
         cost=cost,

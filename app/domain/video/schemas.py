@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from app.domain.bodies import Camel, Strict
+
 OBJECT = "video.generation"
 
 
@@ -89,7 +91,7 @@ Fps = Annotated[float, msgspec.Meta(gt=0, le=1000)]
 Currency = Annotated[str, msgspec.Meta(min_length=1, max_length=16)]
 
 
-class VideoPriceIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+class VideoPriceIn(Strict):
     """``PUT /api/admin/video-prices/{model}``: the whole price (absent fields take
     their defaults; ``mode`` defaults to ``per_second_resolution``)."""
 
@@ -103,7 +105,7 @@ class VideoPriceIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     currency: Currency | None = None
 
 
-class VideoPriceOut(msgspec.Struct, rename="camel"):
+class VideoPriceOut(Camel):
     model: str
     mode: str
     base: float

@@ -1,0 +1,47 @@
+"""Records copied into wider or narrower ones: a stored row into its API body, a
+cached record into the one a call uses. Where the fields share their names they are
+copied as one piece, by the target's field list, so a field added to both cannot be
+forgotten in between; what differs is given by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+import msgspec
+
+R = TypeVar("R")
+
+
+def _fields(record: type[Any]) -> list[tuple[str, bool]]:
+    """Each field of a dataclass or msgspec struct type, and whether it is required."""
+    if dataclasses.is_dataclass(record):
+        missing = dataclasses.MISSING
+        return [
+            (f.name, f.default is missing and f.default_factory is missing)
+            for f in dataclasses.fields(record)
+        ]
+    return [(f.name, f.required) for f in msgspec.structs.fields(record)]
+
+
+def field_names(record: type[Any]) -> tuple[str, ...]:
+    """The fields of a dataclass or msgspec struct type."""
+    return tuple(name for name, _ in _fields(record))
+
+
+def field_values(record: type[Any], source: object, **given: Any) -> dict[str, Any]:
+    """The values of the fields of ``record``: as in ``given``, else ``source``'s
+    attribute of the same name; a field with a default that ``source`` has no
+    attribute for (a new id, say) is left out, to take its default."""
+    values = {
+        name: getattr(source, name)
+        for name, required in _fields(record)
+        if name not in given and (required or hasattr(source, name))
+    }
+    return values | given
+
+
+def copied(record: type[R], source: object, **given: Any) -> R:
+    """A ``record`` with the fields in ``given`` as given and every other one read
+    from ``source``'s attribute of the same name (see ``field_values``)."""
+    return record(**field_values(record, source, **given))
