@@ -6,6 +6,7 @@ forgotten in between; what differs is given by name."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, TypeVar
 
 import msgspec
@@ -13,15 +14,19 @@ import msgspec
 R = TypeVar("R")
 
 
-def _fields(record: type[Any]) -> list[tuple[str, bool]]:
-    """Each field of a dataclass or msgspec struct type, and whether it is required."""
+@functools.cache
+def _fields(record: type[Any]) -> tuple[tuple[str, bool], ...]:
+    """Each field of a dataclass or msgspec struct type, and whether it is required.
+
+    Cached per type: every metered call copies its record into a usage entry, and
+    reading a struct's fields builds a description object per field each time."""
     if dataclasses.is_dataclass(record):
         missing = dataclasses.MISSING
-        return [
+        return tuple(
             (f.name, f.default is missing and f.default_factory is missing)
             for f in dataclasses.fields(record)
-        ]
-    return [(f.name, f.required) for f in msgspec.structs.fields(record)]
+        )
+    return tuple((f.name, f.required) for f in msgspec.structs.fields(record))
 
 
 def field_names(record: type[Any]) -> tuple[str, ...]:
