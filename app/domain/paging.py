@@ -58,6 +58,18 @@ def page_of(
     return Page(items=[to_schema(row) for row in rows], total=total, limit=limit, offset=offset)
 
 
+class Paging(msgspec.Struct, frozen=True):
+    """The window one list request asks for: its ``limit`` and ``offset`` query
+    parameters, bounded and validated where they are provided (``app.domain.rest``)."""
+
+    limit: int
+    offset: int
+
+    def page(self, rows: Iterable[R], total: int, to_schema: Callable[[R], T]) -> Page[T]:
+        """The envelope of this window's rows."""
+        return page_of(rows, total, self.limit, self.offset, to_schema)
+
+
 def by_attributes(schema: type[T]) -> Callable[[Any], T]:
     """A row mapper for a schema whose fields are all attributes of the row, by name."""
 

@@ -17,7 +17,6 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import Conversation, FallbackPin
 from app.domain.accounts.principals import Principal
-from app.domain.backends.deps import platform_admin
 from app.domain.conversations.deps import ConversationScope, project_scope, runtime_scope
 from app.domain.conversations.messages import validate_messages
 from app.domain.conversations.pins import FallbackPinService, pin_not_found
@@ -32,8 +31,9 @@ from app.domain.conversations.schemas import (
 )
 from app.domain.conversations.selection import choose_profile
 from app.domain.conversations.services import ConversationService
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, by_attributes, page_of
+from app.domain.paging import Page, Paging, by_attributes
 from app.domain.projects.deps import projects_principal
+from app.domain.rest import admin_dependencies, scope_paging
 from app.lib.errors import ERRORS_OPT
 from app.routing.profiles import ProfileTable
 
@@ -91,14 +91,13 @@ class ConversationRoutes(Controller):
         self,
         conversation_scope: ConversationScope,
         conversations_service: ConversationService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
         priority: bool | None = None,
     ) -> Page[ConversationOut]:
         rows, total = await conversations_service.page(
-            conversation_scope.project_id, limit, offset, priority=priority
+            conversation_scope.project_id, paging.limit, paging.offset, priority=priority
         )
-        return page_of(rows, total, limit, offset, lambda row: conversation_out(*row))
+        return paging.page(rows, total, lambda row: conversation_out(*row))
 
     @get("/{conversation_id:uuid}")
     async def get_conversation(
@@ -116,13 +115,12 @@ class ConversationRoutes(Controller):
         conversation_id: UUID,
         conversation_scope: ConversationScope,
         conversations_service: ConversationService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[MessageOut]:
         rows, total = await conversations_service.message_page(
-            conversation_scope.project_id, conversation_id, limit, offset
+            conversation_scope.project_id, conversation_id, paging.limit, paging.offset
         )
-        return page_of(rows, total, limit, offset, message_out)
+        return paging.page(rows, total, message_out)
 
     @patch("/{conversation_id:uuid}")
     async def update_conversation(
@@ -186,30 +184,33 @@ class ConversationRoutes(Controller):
 class RuntimeConversationController(ConversationRoutes):
     path = "/api/runtime/conversations"
     tags = ["runtime"]
-    dependencies = {"conversation_scope": runtime_scope}
+    dependencies = {"conversation_scope": runtime_scope, "paging": scope_paging()}
 
 
 class ProjectConversationController(ConversationRoutes):
     path = "/api/projects/{project_id:uuid}/conversations"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal, "conversation_scope": project_scope}
+    dependencies = {
+        "principal": projects_principal,
+        "conversation_scope": project_scope,
+        "paging": scope_paging(),
+    }
 
 
 class PinAdminController(Controller):
     path = "/api/admin/pins"
     tags = ["admin: pins"]
-    dependencies = {"platform_admin": platform_admin}
+    dependencies = admin_dependencies()
 
     @get("/")
     async def list_pins(
         self,
         platform_admin: Principal,
         pins_service: FallbackPinService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[PinOut]:
-        rows, total = await pins_service.page(limit, offset)
-        return page_of(rows, total, limit, offset, pin_out)
+        rows, total = await pins_service.page(paging.limit, paging.offset)
+        return paging.page(rows, total, pin_out)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def clear_pin(

@@ -25,9 +25,9 @@ from app.domain.custom_llms.schemas import (
 )
 from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
-from app.domain.projects.deps import projects_principal
+from app.domain.paging import Page, Paging
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import project_dependencies
 from app.lib.errors import ERRORS_OPT
 from app.lib.vault import Vault
 
@@ -57,7 +57,7 @@ def custom_llm_out(row: CustomLlm) -> CustomLlmOut:
 class CustomLlmController(Controller):
     path = "/api/projects/{project_id:uuid}/custom-llms"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal}
+    dependencies = project_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_custom_llm(
@@ -81,11 +81,10 @@ class CustomLlmController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         custom_llms_service: CustomLlmService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[CustomLlmOut]:
-        rows, total = await custom_llms_service.page(project_id, limit, offset)
-        return page_of(rows, total, limit, offset, custom_llm_out)
+        rows, total = await custom_llms_service.page(project_id, paging.limit, paging.offset)
+        return paging.page(rows, total, custom_llm_out)
 
     @get("/{name:str}")
     async def get_custom_llm(

@@ -21,8 +21,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import ModelProfile
 from app.domain.accounts.principals import Principal, RuntimePrincipal
-from app.domain.backends.deps import platform_admin
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
+from app.domain.paging import Page, Paging
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.domain.profiles.schemas import (
     LlmCatalog,
@@ -33,8 +32,8 @@ from app.domain.profiles.schemas import (
     ProjectModelsOut,
 )
 from app.domain.profiles.services import ModelProfileService, ProjectModelsService, score_kind
-from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import admin_dependencies, project_dependencies
 from app.lib.errors import PermissionDeniedError
 
 
@@ -61,7 +60,7 @@ def profile_out(row: ModelProfile) -> ProfileOut:
 class ModelProfileAdminController(Controller):
     path = "/api/admin/model-profiles"
     tags = ["admin: model profiles"]
-    dependencies = {"platform_admin": platform_admin}
+    dependencies = admin_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_profile(
@@ -78,11 +77,10 @@ class ModelProfileAdminController(Controller):
         self,
         platform_admin: Principal,
         model_profiles_service: ModelProfileService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[ProfileOut]:
-        rows, total = await model_profiles_service.page(limit, offset)
-        return page_of(rows, total, limit, offset, profile_out)
+        rows, total = await model_profiles_service.page(paging.limit, paging.offset)
+        return paging.page(rows, total, profile_out)
 
     @get("/{profile_id:str}")
     async def get_profile(
@@ -126,7 +124,7 @@ def _models_out(settings: ProjectModels, catalog: LlmCatalog) -> ProjectModelsOu
 class ProjectModelsController(Controller):
     path = "/api/projects/{project_id:uuid}/models"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal}
+    dependencies = project_dependencies()
 
     @get("/")
     async def get_models(

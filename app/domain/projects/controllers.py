@@ -12,9 +12,8 @@ from app.domain.accounts.credential_services import RuntimeTokenService, TokenRe
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
+from app.domain.paging import Page, Paging
 from app.domain.projects import lifecycle
-from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     MemberAdd,
     MemberOut,
@@ -23,6 +22,7 @@ from app.domain.projects.schemas import (
     ProjectUpdate,
 )
 from app.domain.projects.services import ProjectAccess, ProjectMemberService, ProjectService
+from app.domain.rest import principal_paging, project_dependencies
 
 
 def project_out(project: Project, role: str) -> ProjectOut:
@@ -50,18 +50,15 @@ def member_out(member: ProjectMember, user: User) -> MemberOut:
 class ProjectController(Controller):
     path = "/api/projects"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal}
+    dependencies = project_dependencies()
 
-    @get("/")
+    # Not a project's list: paged after the caller alone (there is no ``access``).
+    @get("/", dependencies={"paging": principal_paging()})
     async def list_projects(
-        self,
-        principal: Principal,
-        projects_service: ProjectService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        self, principal: Principal, projects_service: ProjectService, paging: Paging
     ) -> Page[ProjectOut]:
-        rows, total = await projects_service.visible_page(principal, limit, offset)
-        return page_of(rows, total, limit, offset, lambda row: project_out(*row))
+        rows, total = await projects_service.visible_page(principal, paging.limit, paging.offset)
+        return paging.page(rows, total, lambda row: project_out(*row))
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_project(
@@ -117,11 +114,10 @@ class ProjectController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         members_service: ProjectMemberService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[MemberOut]:
-        rows, total = await members_service.page(project_id, limit, offset)
-        return page_of(rows, total, limit, offset, lambda row: member_out(*row))
+        rows, total = await members_service.page(project_id, paging.limit, paging.offset)
+        return paging.page(rows, total, lambda row: member_out(*row))
 
     @post("/{project_id:uuid}/members", status_code=HTTP_201_CREATED)
     async def add_member(

@@ -11,9 +11,8 @@ from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenS
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, by_attributes, page_of
+from app.domain.paging import Page, Paging, by_attributes
 from app.domain.projects import lifecycle
-from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     ApiKeyCreate,
     ApiKeyCreated,
@@ -23,6 +22,7 @@ from app.domain.projects.schemas import (
     RuntimeTokenOut,
 )
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import project_dependencies
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
 
@@ -34,7 +34,7 @@ def _creator(principal: Principal) -> UUID | None:
 class ApiKeyController(Controller):
     path = "/api/projects/{project_id:uuid}/api-keys"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal}
+    dependencies = project_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_key(
@@ -64,11 +64,10 @@ class ApiKeyController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         api_keys_service: ApiKeyService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[ApiKeyOut]:
-        rows, total = await api_keys_service.page(project_id, limit, offset)
-        return page_of(rows, total, limit, offset, by_attributes(ApiKeyOut))
+        rows, total = await api_keys_service.page(project_id, paging.limit, paging.offset)
+        return paging.page(rows, total, by_attributes(ApiKeyOut))
 
     @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_key(
@@ -89,7 +88,7 @@ class ApiKeyController(Controller):
 class RuntimeTokenController(Controller):
     path = "/api/projects/{project_id:uuid}/runtime-tokens"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal}
+    dependencies = project_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_token(
@@ -125,11 +124,10 @@ class RuntimeTokenController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         runtime_tokens_service: RuntimeTokenService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[RuntimeTokenOut]:
-        rows, total = await runtime_tokens_service.page(project_id, limit, offset)
-        return page_of(rows, total, limit, offset, by_attributes(RuntimeTokenOut))
+        rows, total = await runtime_tokens_service.page(project_id, paging.limit, paging.offset)
+        return paging.page(rows, total, by_attributes(RuntimeTokenOut))
 
     @delete("/{token_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_token(

@@ -20,8 +20,6 @@ from litestar import Controller, get, put
 
 from app.db.models import Project, ProjectQuota
 from app.domain.accounts.principals import Principal
-from app.domain.backends.deps import platform_admin
-from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectAccess, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage
 from app.domain.quotas.limits import QuotaLimits
@@ -34,6 +32,7 @@ from app.domain.quotas.schemas import (
     WindowUsageOut,
 )
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
+from app.domain.rest import admin_dependencies, project_dependencies
 from app.lib.errors import NotFoundError
 
 
@@ -68,7 +67,7 @@ async def quota_out(project_id: UUID, row: ProjectQuota | None, gate: QuotaGate)
 class QuotaAdminController(Controller):
     path = "/api/admin/projects"
     tags = ["admin: quotas"]
-    dependencies = {"platform_admin": platform_admin}
+    dependencies = admin_dependencies()
 
     @put("/{project_id:uuid}/quota")
     async def set_admin_quota(
@@ -93,7 +92,7 @@ class QuotaAdminController(Controller):
 class ProjectQuotaController(Controller):
     path = "/api/projects/{project_id:uuid}"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal}
+    dependencies = project_dependencies()
 
     @get("/quota")
     async def get_quota(

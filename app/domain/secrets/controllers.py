@@ -15,9 +15,9 @@ from litestar import Controller, delete, get, patch, post, put
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import ProjectSecret
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
-from app.domain.projects.deps import projects_principal
+from app.domain.paging import Page, Paging
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import project_dependencies
 from app.domain.secrets.schemas import (
     SecretCreate,
     SecretOut,
@@ -53,7 +53,7 @@ def _require_write(access: ProjectAccess, action: str) -> None:
 class ProjectSecretController(Controller):
     path = "/api/projects/{project_id:uuid}/secrets"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal}
+    dependencies = project_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_secret(
@@ -78,13 +78,12 @@ class ProjectSecretController(Controller):
         self,
         access: ProjectAccess,
         secrets_service: ProjectSecretService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[SecretOut]:
         project_id = access.project.id
-        rows, total = await secrets_service.page(project_id, limit, offset)
+        rows, total = await secrets_service.page(project_id, paging.limit, paging.offset)
         users = await secrets_service.users_of(project_id, [r.id for r in rows])
-        return page_of(rows, total, limit, offset, lambda r: secret_out(r, users.get(r.id, [])))
+        return paging.page(rows, total, lambda r: secret_out(r, users.get(r.id, [])))
 
     @get("/{secret_id:uuid}")
     async def get_secret(
