@@ -1,5 +1,5 @@
-"""What the REST controllers share: the dependencies of the admin and Projects API
-controllers, and the ``paging`` of their lists.
+"""What the REST controllers share: the bases of the admin and Projects API
+controllers (their dependencies), and the ``paging`` of their lists.
 
 ``paging`` declares a list's ``limit`` and ``offset`` query parameters once: they are
 still documented on every list operation with their bounds, and a bad value is still a
@@ -13,6 +13,7 @@ dependency).
 
 from __future__ import annotations
 
+from litestar import Controller
 from litestar.di import Provide
 
 from app.domain.accounts.principals import Principal
@@ -49,18 +50,6 @@ async def provide_principal_paging(
     return Paging(limit, offset)
 
 
-def admin_dependencies() -> dict[str, Provide]:
-    """Of every ``/api/admin/...`` controller: each handler takes ``platform_admin``, so
-    an unauthenticated call is a 401 and a non-admin one a 403."""
-    return {"platform_admin": platform_admin, "paging": Provide(provide_admin_paging)}
-
-
-def project_dependencies() -> dict[str, Provide]:
-    """Of every ``/api/projects/{projectId}/...`` controller: the Projects API caller
-    (runtime tokens refused) and lists paged once the project's ``access`` is known."""
-    return {"principal": projects_principal, "paging": Provide(provide_project_paging)}
-
-
 def scope_paging() -> Provide:
     """``paging`` for the conversation routes, after their ``conversation_scope``."""
     return Provide(provide_scope_paging)
@@ -69,3 +58,20 @@ def scope_paging() -> Provide:
 def principal_paging() -> Provide:
     """``paging`` for a list that is not a project's (the caller's projects)."""
     return Provide(provide_principal_paging)
+
+
+class AdminController(Controller):
+    """Base of the ``/api/admin/...`` controllers (never registered itself). Each
+    handler takes ``platform_admin``: an unauthenticated call is a 401, a non-admin
+    one a 403."""
+
+    dependencies = {"platform_admin": platform_admin, "paging": Provide(provide_admin_paging)}
+
+
+class ProjectApiController(Controller):
+    """Base of the Projects API controllers (never registered itself): the caller is
+    the Projects API principal (runtime tokens refused), and a project's lists are
+    paged once its ``access`` is known."""
+
+    tags = ["projects"]
+    dependencies = {"principal": projects_principal, "paging": Provide(provide_project_paging)}

@@ -18,11 +18,11 @@ from app.domain.accounts.schemas import (
     UserOut,
 )
 from app.domain.accounts.services import AuthService
-from app.domain.paging import by_attributes
+from app.domain.paging import from_row
 from app.lib.errors import ERRORS_OPT, PermissionDeniedError
 
 # Every field of it is the user's attribute of the same name.
-user_out = by_attributes(UserOut)
+user_out = from_row(UserOut)
 
 
 def client_address(request: Request[Any, Any, Any]) -> str:

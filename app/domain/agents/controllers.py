@@ -19,7 +19,7 @@ from typing import Annotated
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, delete, get, post
+from litestar import delete, get, post
 from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
@@ -36,7 +36,7 @@ from app.domain.agents.services import AgentDeploymentService, AgentNodeService
 from app.domain.agents.setup import Agents
 from app.domain.agents.views import agent_out, deployment_out
 from app.domain.paging import Page, Paging
-from app.domain.rest import admin_dependencies
+from app.domain.rest import AdminController
 from app.lib.errors import ERRORS_OPT
 
 
@@ -47,10 +47,9 @@ async def _names(service: AgentNodeService, ids: set[UUID]) -> dict[UUID, str]:
     return {row.id: row.name for row in rows}
 
 
-class AgentAdminController(Controller):
+class AgentAdminController(AdminController):
     path = "/api/admin/agents"
     tags = ["admin: agents"]
-    dependencies = admin_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_agent(
@@ -90,10 +89,9 @@ class AgentAdminController(Controller):
         await agents.deployer.delete_identity(agent_id)
 
 
-class AgentDeploymentController(Controller):
+class AgentDeploymentController(AdminController):
     path = "/api/admin/agent-deployments"
     tags = ["admin: agents"]
-    dependencies = admin_dependencies()
 
     @post("/", status_code=HTTP_202_ACCEPTED, opt={ERRORS_OPT: (404,)})
     async def deploy(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 
-from litestar import Controller, delete, get, post
+from litestar import delete, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import BackendConfig
@@ -27,7 +27,7 @@ from app.domain.backends.schemas import (
 from app.domain.backends.services import AliasService, BackendConfigService
 from app.domain.backends.sync import RoutingConfigSync
 from app.domain.paging import Page, Paging, by_attributes
-from app.domain.rest import admin_dependencies
+from app.domain.rest import AdminController
 from app.lib.errors import ERRORS_OPT
 from app.lib.vault import Vault
 from app.routing.health import HealthChecker
@@ -87,10 +87,9 @@ def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
 alias_out = by_attributes(AliasOut)
 
 
-class BackendAdminController(Controller):
+class BackendAdminController(AdminController):
     path = "/api/admin/backends"
     tags = ["admin: backends"]
-    dependencies = admin_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED, opt={ERRORS_OPT: (502,)})
     async def register_backend(
@@ -171,10 +170,9 @@ class BackendAdminController(Controller):
         await backend_configs_service.delete_by_name(name)
 
 
-class AliasAdminController(Controller):
+class AliasAdminController(AdminController):
     path = "/api/admin/aliases"
     tags = ["admin: aliases"]
-    dependencies = admin_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED)
     async def set_alias(

@@ -31,25 +31,16 @@ from app.domain.conversations.schemas import (
 )
 from app.domain.conversations.selection import choose_profile
 from app.domain.conversations.services import ConversationService
-from app.domain.paging import Page, Paging, by_attributes
+from app.domain.paging import Page, Paging, by_attributes, from_row
 from app.domain.projects.deps import projects_principal
-from app.domain.rest import admin_dependencies, scope_paging
+from app.domain.rest import AdminController, scope_paging
 from app.lib.errors import ERRORS_OPT
 from app.routing.profiles import ProfileTable
 
 
 def conversation_out(conversation: Conversation, pin: FallbackPin | None) -> ConversationOut:
-    return ConversationOut(
-        id=conversation.id,
-        project_id=conversation.project_id,
-        title=conversation.title,
-        model_profile_id=conversation.model_profile_id,
-        priority=conversation.priority,
-        forked_from_id=conversation.forked_from_id,
-        message_count=conversation.message_count,
-        fallback_pin=None if pin is None else pin_summary(pin),
-        created_at=conversation.created_at,
-        updated_at=conversation.updated_at,
+    return _conversation_fields(
+        conversation, fallback_pin=None if pin is None else pin_summary(pin)
     )
 
 
@@ -57,6 +48,7 @@ def conversation_out(conversation: Conversation, pin: FallbackPin | None) -> Con
 message_out = by_attributes(MessageOut)
 pin_out = by_attributes(PinOut)
 pin_summary = by_attributes(PinSummary)
+_conversation_fields = from_row(ConversationOut)
 
 
 class ConversationRoutes(Controller):
@@ -197,10 +189,9 @@ class ProjectConversationController(ConversationRoutes):
     }
 
 
-class PinAdminController(Controller):
+class PinAdminController(AdminController):
     path = "/api/admin/pins"
     tags = ["admin: pins"]
-    dependencies = admin_dependencies()
 
     @get("/")
     async def list_pins(

@@ -19,9 +19,8 @@ from uuid import UUID
 from litestar import Controller, delete, get, patch, post, put
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import ModelProfile
 from app.domain.accounts.principals import Principal, RuntimePrincipal
-from app.domain.paging import Page, Paging
+from app.domain.paging import Page, Paging, from_row
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.domain.profiles.schemas import (
     LlmCatalog,
@@ -33,34 +32,20 @@ from app.domain.profiles.schemas import (
 )
 from app.domain.profiles.services import ModelProfileService, ProjectModelsService, score_kind
 from app.domain.projects.services import ProjectAccess
-from app.domain.rest import admin_dependencies, project_dependencies
+from app.domain.rest import AdminController, ProjectApiController
 from app.lib.errors import PermissionDeniedError
 
-
-def profile_out(row: ModelProfile) -> ProfileOut:
-    return ProfileOut(
-        id=row.id,
-        name=row.name,
-        base_model=row.base_model,
-        tags=list(row.tags or ()),
-        supports_tools=row.supports_tools,
-        supports_images=row.supports_images,
-        context_window_tokens=row.context_window_tokens,
-        max_output_tokens=row.max_output_tokens,
-        enabled=row.enabled,
-        fallback_profile_id=row.fallback_profile_id,
-        slow_threshold_ms=row.slow_threshold_ms,
-        failover_chain=list(row.failover_chain or ()),
-        routing_score=score_kind(row.routing_score),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+profile_out = from_row(
+    ProfileOut,
+    tags=lambda row: list(row.tags or ()),
+    failover_chain=lambda row: list(row.failover_chain or ()),
+    routing_score=lambda row: score_kind(row.routing_score),
+)
 
 
-class ModelProfileAdminController(Controller):
+class ModelProfileAdminController(AdminController):
     path = "/api/admin/model-profiles"
     tags = ["admin: model profiles"]
-    dependencies = admin_dependencies()
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_profile(
@@ -121,10 +106,8 @@ def _models_out(settings: ProjectModels, catalog: LlmCatalog) -> ProjectModelsOu
     )
 
 
-class ProjectModelsController(Controller):
+class ProjectModelsController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}/models"
-    tags = ["projects"]
-    dependencies = project_dependencies()
 
     @get("/")
     async def get_models(

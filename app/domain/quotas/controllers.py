@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from litestar import Controller, get, put
+from litestar import get, put
 
 from app.db.models import Project, ProjectQuota
 from app.domain.accounts.principals import Principal
@@ -32,7 +32,7 @@ from app.domain.quotas.schemas import (
     WindowUsageOut,
 )
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
-from app.domain.rest import admin_dependencies, project_dependencies
+from app.domain.rest import AdminController, ProjectApiController
 from app.lib.errors import NotFoundError
 
 
@@ -64,10 +64,9 @@ async def quota_out(project_id: UUID, row: ProjectQuota | None, gate: QuotaGate)
     )
 
 
-class QuotaAdminController(Controller):
+class QuotaAdminController(AdminController):
     path = "/api/admin/projects"
     tags = ["admin: quotas"]
-    dependencies = admin_dependencies()
 
     @put("/{project_id:uuid}/quota")
     async def set_admin_quota(
@@ -89,10 +88,8 @@ class QuotaAdminController(Controller):
         return await quota_out(project_id, row, quota_gate)
 
 
-class ProjectQuotaController(Controller):
+class ProjectQuotaController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}"
-    tags = ["projects"]
-    dependencies = project_dependencies()
 
     @get("/quota")
     async def get_quota(

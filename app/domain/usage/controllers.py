@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, get
+from litestar import Request, get
 
-from app.domain.paging import Page, Paging, by_attributes
+from app.domain.paging import Page, Paging, from_row
 from app.domain.projects.services import ProjectAccess
-from app.domain.rest import project_dependencies
+from app.domain.rest import ProjectApiController
 from app.domain.usage.schemas import (
     UsageGroupOut,
     UsageRecordOut,
@@ -37,15 +37,13 @@ def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
 
 
 # Every field of these is the record's (or aggregate's) attribute of the same name.
-record_out = by_attributes(UsageRecordOut)
-_group_out = by_attributes(UsageGroupOut)
-_totals_out = by_attributes(UsageTotals)
+record_out = from_row(UsageRecordOut)
+_group_out = from_row(UsageGroupOut)
+_totals_out = from_row(UsageTotals)
 
 
-class ProjectUsageController(Controller):
+class ProjectUsageController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}"
-    tags = ["projects"]
-    dependencies = project_dependencies()
 
     @get("/usage")
     async def list_usage(

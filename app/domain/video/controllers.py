@@ -23,7 +23,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_204_NO_CONTENT
 from app.domain.accounts.principals import Principal
 from app.domain.calls.callers import Caller
 from app.domain.paging import OffsetQuery, Page, Paging
-from app.domain.rest import admin_dependencies
+from app.domain.rest import AdminController
 from app.domain.video.facade import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, VideoJobs, VideoOwner
 from app.domain.video.prices import VideoPrices
 from app.domain.video.schemas import (
@@ -86,10 +86,9 @@ class VideoGenerationController(Controller):
         return await video_jobs.cancel(VideoOwner.of(caller), job_id)
 
 
-class VideoPriceAdminController(Controller):
+class VideoPriceAdminController(AdminController):
     path = "/api/admin/video-prices"
     tags = ["admin: video prices"]
-    dependencies = admin_dependencies()
 
     @get("/")
     async def list_prices(
