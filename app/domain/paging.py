@@ -1,5 +1,6 @@
 """Pagination, in one place: the list envelope, the bounds of ``limit`` and ``offset``,
-the REST query parameters, and the newest-first page filters.
+the REST query parameters (and the ``Paging`` a list handler is given), the
+newest-first page filters, and the row mappers that fill the envelope.
 
 ``limit`` and ``offset`` are bounded alike everywhere (REST query parameters and
 JSON-RPC params share the numbers): a value out of range is a 400 naming the parameter,
@@ -17,6 +18,7 @@ from litestar.params import QueryParameter
 
 R = TypeVar("R")
 T = TypeVar("T")
+S = TypeVar("S", bound=msgspec.Struct)
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -58,10 +60,40 @@ def page_of(
     return Page(items=[to_schema(row) for row in rows], total=total, limit=limit, offset=offset)
 
 
+class Paging(msgspec.Struct, frozen=True):
+    """The window one list request asks for: its ``limit`` and ``offset`` query
+    parameters, bounded and validated where they are provided (``app.domain.rest``)."""
+
+    limit: int
+    offset: int
+
+    def page(self, rows: Iterable[R], total: int, to_schema: Callable[[R], T]) -> Page[T]:
+        """The envelope of this window's rows."""
+        return page_of(rows, total, self.limit, self.offset, to_schema)
+
+
 def by_attributes(schema: type[T]) -> Callable[[Any], T]:
     """A row mapper for a schema whose fields are all attributes of the row, by name."""
 
     def to_schema(row: Any) -> T:
         return msgspec.convert(row, schema, from_attributes=True)
+
+    return to_schema
+
+
+def from_row(schema: type[S], **computed: Callable[[Any], Any]) -> Callable[..., S]:
+    """A row mapper for a response schema: each field is the row's attribute of the same
+    name, unless ``computed`` derives it from the row or the call gives it by keyword
+    (``project_out(project, role="owner")``). The struct is built directly, as a
+    hand-written mapper would build it: nothing is converted or validated."""
+    names = [field.name for field in msgspec.structs.fields(schema)]
+
+    def to_schema(row: Any, **given: Any) -> S:
+        values = dict(given)
+        for name in names:
+            if name not in values:
+                derive = computed.get(name)
+                values[name] = getattr(row, name) if derive is None else derive(row)
+        return schema(**values)
 
     return to_schema

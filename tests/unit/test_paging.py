@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from app.db.models import Project
-from app.domain.paging import by_attributes, page_of
+from app.domain.paging import Paging, by_attributes, from_row, page_of
 from app.domain.projects.schemas import ApiKeyOut
 from app.domain.projects.services import ProjectAccess
 from app.lib.errors import PermissionDeniedError
@@ -25,6 +25,22 @@ def test_page_of_maps_rows_and_keeps_the_window() -> None:
         "limit": 3,
         "offset": 6,
     }
+
+
+def test_paging_pages_rows_in_its_window() -> None:
+    assert Paging(limit=3, offset=6).page([1, 2, 3], 10, str) == page_of([1, 2, 3], 10, 3, 6, str)
+
+
+def test_from_row_reads_attributes_derives_and_takes_given_fields() -> None:
+    now = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    row = SimpleNamespace(id=uuid4(), name="ci", prefix="ak_12", created_at=now)
+    to_out = from_row(ApiKeyOut, last_used_at=lambda r: None, revoked_at=lambda r: r.created_at)
+    assert to_out(row) == ApiKeyOut(
+        id=row.id, name="ci", prefix="ak_12", created_at=now, last_used_at=None, revoked_at=now
+    )
+    # A given field wins over the row's attribute and over a derived one.
+    assert to_out(row, name="given", revoked_at=None).name == "given"
+    assert to_out(row, revoked_at=None).revoked_at is None
 
 
 def test_by_attributes_reads_the_schema_fields_by_name() -> None:

@@ -18,18 +18,11 @@ from app.domain.accounts.schemas import (
     UserOut,
 )
 from app.domain.accounts.services import AuthService
+from app.domain.paging import from_row
 from app.lib.errors import ERRORS_OPT, PermissionDeniedError
 
-
-def user_out(user: User) -> UserOut:
-    return UserOut(
-        id=user.id,
-        email=user.email,
-        name=user.name,
-        is_admin=user.is_admin,
-        disabled=user.disabled,
-        created_at=user.created_at,
-    )
+# Every field of it is the user's attribute of the same name.
+user_out = from_row(UserOut)
 
 
 def client_address(request: Request[Any, Any, Any]) -> str:

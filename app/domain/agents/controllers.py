@@ -19,7 +19,7 @@ from typing import Annotated
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, delete, get, post
+from litestar import delete, get, post
 from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
@@ -35,8 +35,8 @@ from app.domain.agents.schemas import (
 from app.domain.agents.services import AgentDeploymentService, AgentNodeService
 from app.domain.agents.setup import Agents
 from app.domain.agents.views import agent_out, deployment_out
-from app.domain.backends.deps import platform_admin
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
+from app.domain.paging import Page, Paging
+from app.domain.rest import AdminController
 from app.lib.errors import ERRORS_OPT
 
 
@@ -47,10 +47,9 @@ async def _names(service: AgentNodeService, ids: set[UUID]) -> dict[UUID, str]:
     return {row.id: row.name for row in rows}
 
 
-class AgentAdminController(Controller):
+class AgentAdminController(AdminController):
     path = "/api/admin/agents"
     tags = ["admin: agents"]
-    dependencies = {"platform_admin": platform_admin}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_agent(
@@ -70,13 +69,10 @@ class AgentAdminController(Controller):
         platform_admin: Principal,
         agent_nodes_service: AgentNodeService,
         agents: Agents,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[AgentOut]:
-        rows, total = await agent_nodes_service.page(limit, offset)
-        return page_of(
-            rows, total, limit, offset, lambda row: agent_out(row, agents.offline_seconds)
-        )
+        rows, total = await agent_nodes_service.page(paging.limit, paging.offset)
+        return paging.page(rows, total, lambda row: agent_out(row, agents.offline_seconds))
 
     @get("/{agent_id:uuid}")
     async def get_agent(
@@ -93,10 +89,9 @@ class AgentAdminController(Controller):
         await agents.deployer.delete_identity(agent_id)
 
 
-class AgentDeploymentController(Controller):
+class AgentDeploymentController(AdminController):
     path = "/api/admin/agent-deployments"
     tags = ["admin: agents"]
-    dependencies = {"platform_admin": platform_admin}
 
     @post("/", status_code=HTTP_202_ACCEPTED, opt={ERRORS_OPT: (404,)})
     async def deploy(
@@ -116,17 +111,16 @@ class AgentDeploymentController(Controller):
         platform_admin: Principal,
         agent_deployments_service: AgentDeploymentService,
         agent_nodes_service: AgentNodeService,
+        paging: Paging,
         agent_id: Annotated[UUID | None, QueryParameter(name="agentId")] = None,
         status: DeploymentStatus | None = None,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
     ) -> Page[DeploymentOut]:
         rows, total = await agent_deployments_service.page(
-            limit, offset, agent_id=agent_id, status=status
+            paging.limit, paging.offset, agent_id=agent_id, status=status
         )
         names = await _names(agent_nodes_service, {row.agent_id for row in rows})
-        return page_of(
-            rows, total, limit, offset, lambda row: deployment_out(row, names.get(row.agent_id, ""))
+        return paging.page(
+            rows, total, lambda row: deployment_out(row, names.get(row.agent_id, ""))
         )
 
     @get("/{deployment_id:uuid}")

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import datetime
 
-from litestar import Controller, delete, get, post
+from litestar import delete, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import BackendConfig
 from app.domain.accounts.principals import Principal
-from app.domain.backends.deps import platform_admin
 from app.domain.backends.schemas import (
     AliasIn,
     AliasOut,
@@ -27,7 +26,8 @@ from app.domain.backends.schemas import (
 )
 from app.domain.backends.services import AliasService, BackendConfigService
 from app.domain.backends.sync import RoutingConfigSync
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, by_attributes, page_of
+from app.domain.paging import Page, Paging, by_attributes
+from app.domain.rest import AdminController
 from app.lib.errors import ERRORS_OPT
 from app.lib.vault import Vault
 from app.routing.health import HealthChecker
@@ -87,10 +87,9 @@ def backend_out(row: BackendConfig, state: BackendState | None) -> BackendOut:
 alias_out = by_attributes(AliasOut)
 
 
-class BackendAdminController(Controller):
+class BackendAdminController(AdminController):
     path = "/api/admin/backends"
     tags = ["admin: backends"]
-    dependencies = {"platform_admin": platform_admin}
 
     @post("/", status_code=HTTP_201_CREATED, opt={ERRORS_OPT: (502,)})
     async def register_backend(
@@ -118,12 +117,11 @@ class BackendAdminController(Controller):
         platform_admin: Principal,
         backend_configs_service: BackendConfigService,
         backend_registry: BackendRegistry,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[BackendOut]:
-        rows, total = await backend_configs_service.page(limit, offset)
-        return page_of(
-            rows, total, limit, offset, lambda row: backend_out(row, backend_registry.get(row.name))
+        rows, total = await backend_configs_service.page(paging.limit, paging.offset)
+        return paging.page(
+            rows, total, lambda row: backend_out(row, backend_registry.get(row.name))
         )
 
     @get("/{name:str}")
@@ -172,10 +170,9 @@ class BackendAdminController(Controller):
         await backend_configs_service.delete_by_name(name)
 
 
-class AliasAdminController(Controller):
+class AliasAdminController(AdminController):
     path = "/api/admin/aliases"
     tags = ["admin: aliases"]
-    dependencies = {"platform_admin": platform_admin}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def set_alias(
@@ -193,11 +190,10 @@ class AliasAdminController(Controller):
         self,
         platform_admin: Principal,
         aliases_service: AliasService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[AliasOut]:
-        rows, total = await aliases_service.page(limit, offset)
-        return page_of(rows, total, limit, offset, alias_out)
+        rows, total = await aliases_service.page(paging.limit, paging.offset)
+        return paging.page(rows, total, alias_out)
 
     # A path parameter: aliases often look like Hugging Face ids (``org/model``).
     @delete("/{alias:path}", status_code=HTTP_204_NO_CONTENT)

@@ -17,7 +17,6 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import Conversation, FallbackPin
 from app.domain.accounts.principals import Principal
-from app.domain.backends.deps import platform_admin
 from app.domain.conversations.deps import ConversationScope, project_scope, runtime_scope
 from app.domain.conversations.messages import validate_messages
 from app.domain.conversations.pins import FallbackPinService, pin_not_found
@@ -32,24 +31,16 @@ from app.domain.conversations.schemas import (
 )
 from app.domain.conversations.selection import choose_profile
 from app.domain.conversations.services import ConversationService
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, by_attributes, page_of
+from app.domain.paging import Page, Paging, by_attributes, from_row
 from app.domain.projects.deps import projects_principal
+from app.domain.rest import AdminController, scope_paging
 from app.lib.errors import ERRORS_OPT
 from app.routing.profiles import ProfileTable
 
 
 def conversation_out(conversation: Conversation, pin: FallbackPin | None) -> ConversationOut:
-    return ConversationOut(
-        id=conversation.id,
-        project_id=conversation.project_id,
-        title=conversation.title,
-        model_profile_id=conversation.model_profile_id,
-        priority=conversation.priority,
-        forked_from_id=conversation.forked_from_id,
-        message_count=conversation.message_count,
-        fallback_pin=None if pin is None else pin_summary(pin),
-        created_at=conversation.created_at,
-        updated_at=conversation.updated_at,
+    return _conversation_fields(
+        conversation, fallback_pin=None if pin is None else pin_summary(pin)
     )
 
 
@@ -57,6 +48,7 @@ def conversation_out(conversation: Conversation, pin: FallbackPin | None) -> Con
 message_out = by_attributes(MessageOut)
 pin_out = by_attributes(PinOut)
 pin_summary = by_attributes(PinSummary)
+_conversation_fields = from_row(ConversationOut)
 
 
 class ConversationRoutes(Controller):
@@ -91,14 +83,13 @@ class ConversationRoutes(Controller):
         self,
         conversation_scope: ConversationScope,
         conversations_service: ConversationService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
         priority: bool | None = None,
     ) -> Page[ConversationOut]:
         rows, total = await conversations_service.page(
-            conversation_scope.project_id, limit, offset, priority=priority
+            conversation_scope.project_id, paging.limit, paging.offset, priority=priority
         )
-        return page_of(rows, total, limit, offset, lambda row: conversation_out(*row))
+        return paging.page(rows, total, lambda row: conversation_out(*row))
 
     @get("/{conversation_id:uuid}")
     async def get_conversation(
@@ -116,13 +107,12 @@ class ConversationRoutes(Controller):
         conversation_id: UUID,
         conversation_scope: ConversationScope,
         conversations_service: ConversationService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[MessageOut]:
         rows, total = await conversations_service.message_page(
-            conversation_scope.project_id, conversation_id, limit, offset
+            conversation_scope.project_id, conversation_id, paging.limit, paging.offset
         )
-        return page_of(rows, total, limit, offset, message_out)
+        return paging.page(rows, total, message_out)
 
     @patch("/{conversation_id:uuid}")
     async def update_conversation(
@@ -186,30 +176,32 @@ class ConversationRoutes(Controller):
 class RuntimeConversationController(ConversationRoutes):
     path = "/api/runtime/conversations"
     tags = ["runtime"]
-    dependencies = {"conversation_scope": runtime_scope}
+    dependencies = {"conversation_scope": runtime_scope, "paging": scope_paging()}
 
 
 class ProjectConversationController(ConversationRoutes):
     path = "/api/projects/{project_id:uuid}/conversations"
     tags = ["projects"]
-    dependencies = {"principal": projects_principal, "conversation_scope": project_scope}
+    dependencies = {
+        "principal": projects_principal,
+        "conversation_scope": project_scope,
+        "paging": scope_paging(),
+    }
 
 
-class PinAdminController(Controller):
+class PinAdminController(AdminController):
     path = "/api/admin/pins"
     tags = ["admin: pins"]
-    dependencies = {"platform_admin": platform_admin}
 
     @get("/")
     async def list_pins(
         self,
         platform_admin: Principal,
         pins_service: FallbackPinService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[PinOut]:
-        rows, total = await pins_service.page(limit, offset)
-        return page_of(rows, total, limit, offset, pin_out)
+        rows, total = await pins_service.page(paging.limit, paging.offset)
+        return paging.page(rows, total, pin_out)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def clear_pin(

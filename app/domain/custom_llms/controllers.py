@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from litestar import Controller, delete, get, patch, post
+from litestar import delete, get, patch, post
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import CustomLlm
 from app.domain.custom_llms.names import llm_id
 from app.domain.custom_llms.schemas import (
     CustomLlmCreate,
@@ -25,39 +24,23 @@ from app.domain.custom_llms.schemas import (
 )
 from app.domain.custom_llms.services import CustomLlmService, credential_of
 from app.domain.custom_llms.setup import CustomLlms
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
-from app.domain.projects.deps import projects_principal
+from app.domain.paging import Page, Paging, from_row
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import ProjectApiController
 from app.lib.errors import ERRORS_OPT
 from app.lib.vault import Vault
 
-
-def custom_llm_out(row: CustomLlm) -> CustomLlmOut:
-    return CustomLlmOut(
-        id=row.id,
-        project_id=row.project_id,
-        name=row.name,
-        llm_id=llm_id(row.name),
-        template=row.template,
-        base_url=row.base_url,
-        model=row.model,
-        auth_scheme=row.auth_scheme,
-        provider=row.provider,
-        max_input_tokens=row.max_input_tokens,
-        max_output_tokens=row.max_output_tokens,
-        enabled=row.enabled,
-        credential=credential_of(row),
-        secret_id=row.secret_id,
-        api_key_hint=row.api_key_hint if row.secret_id is None else None,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+custom_llm_out = from_row(
+    CustomLlmOut,
+    llm_id=lambda row: llm_id(row.name),
+    credential=credential_of,
+    # A key stored with the LLM shows its hint; a referenced secret has its own.
+    api_key_hint=lambda row: row.api_key_hint if row.secret_id is None else None,
+)
 
 
-class CustomLlmController(Controller):
+class CustomLlmController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}/custom-llms"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_custom_llm(
@@ -81,11 +64,10 @@ class CustomLlmController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         custom_llms_service: CustomLlmService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[CustomLlmOut]:
-        rows, total = await custom_llms_service.page(project_id, limit, offset)
-        return page_of(rows, total, limit, offset, custom_llm_out)
+        rows, total = await custom_llms_service.page(project_id, paging.limit, paging.offset)
+        return paging.page(rows, total, custom_llm_out)
 
     @get("/{name:str}")
     async def get_custom_llm(

@@ -20,16 +20,15 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from litestar import Controller, delete, get, post
+from litestar import delete, get, post
 from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import OverrideKey
 from app.domain.overrides.schemas import MAX_TARGET, OverrideCreate, OverrideOut
 from app.domain.overrides.services import OverrideService
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
-from app.domain.projects.deps import projects_principal
+from app.domain.paging import Page, Paging, from_row
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import ProjectApiController
 from app.lib.errors import BadRequestError
 from app.lib.vault import Vault
 
@@ -47,20 +46,11 @@ def _conversation_filter(value: str | None) -> str | None:
     return value
 
 
-def override_out(row: OverrideKey) -> OverrideOut:
-    return OverrideOut(
-        id=row.id,
-        conversation_id=row.conversation_id,
-        model_id=row.model_prefix,
-        key_hint=row.key_hint,
-        created_at=row.created_at,
-    )
+override_out = from_row(OverrideOut, model_id=lambda row: row.model_prefix)
 
 
-class OverrideController(Controller):
+class OverrideController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}/overrides"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_override(
@@ -79,15 +69,14 @@ class OverrideController(Controller):
         self,
         access: ProjectAccess,
         overrides_service: OverrideService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
         conversation_id: ConversationFilter = None,
     ) -> Page[OverrideOut]:
         wanted = _conversation_filter(conversation_id)
         rows, total = await overrides_service.page(
-            access.project.id, limit, offset, conversation_id=wanted
+            access.project.id, paging.limit, paging.offset, conversation_id=wanted
         )
-        return page_of(rows, total, limit, offset, override_out)
+        return paging.page(rows, total, override_out)
 
     @get("/{override_id:uuid}")
     async def get_override(

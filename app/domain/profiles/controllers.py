@@ -19,10 +19,8 @@ from uuid import UUID
 from litestar import Controller, delete, get, patch, post, put
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import ModelProfile
 from app.domain.accounts.principals import Principal, RuntimePrincipal
-from app.domain.backends.deps import platform_admin
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
+from app.domain.paging import Page, Paging, from_row
 from app.domain.profiles.catalog import ProfileCatalog, ProjectModels
 from app.domain.profiles.schemas import (
     LlmCatalog,
@@ -33,35 +31,21 @@ from app.domain.profiles.schemas import (
     ProjectModelsOut,
 )
 from app.domain.profiles.services import ModelProfileService, ProjectModelsService, score_kind
-from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import AdminController, ProjectApiController
 from app.lib.errors import PermissionDeniedError
 
-
-def profile_out(row: ModelProfile) -> ProfileOut:
-    return ProfileOut(
-        id=row.id,
-        name=row.name,
-        base_model=row.base_model,
-        tags=list(row.tags or ()),
-        supports_tools=row.supports_tools,
-        supports_images=row.supports_images,
-        context_window_tokens=row.context_window_tokens,
-        max_output_tokens=row.max_output_tokens,
-        enabled=row.enabled,
-        fallback_profile_id=row.fallback_profile_id,
-        slow_threshold_ms=row.slow_threshold_ms,
-        failover_chain=list(row.failover_chain or ()),
-        routing_score=score_kind(row.routing_score),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+profile_out = from_row(
+    ProfileOut,
+    tags=lambda row: list(row.tags or ()),
+    failover_chain=lambda row: list(row.failover_chain or ()),
+    routing_score=lambda row: score_kind(row.routing_score),
+)
 
 
-class ModelProfileAdminController(Controller):
+class ModelProfileAdminController(AdminController):
     path = "/api/admin/model-profiles"
     tags = ["admin: model profiles"]
-    dependencies = {"platform_admin": platform_admin}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_profile(
@@ -78,11 +62,10 @@ class ModelProfileAdminController(Controller):
         self,
         platform_admin: Principal,
         model_profiles_service: ModelProfileService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[ProfileOut]:
-        rows, total = await model_profiles_service.page(limit, offset)
-        return page_of(rows, total, limit, offset, profile_out)
+        rows, total = await model_profiles_service.page(paging.limit, paging.offset)
+        return paging.page(rows, total, profile_out)
 
     @get("/{profile_id:str}")
     async def get_profile(
@@ -123,10 +106,8 @@ def _models_out(settings: ProjectModels, catalog: LlmCatalog) -> ProjectModelsOu
     )
 
 
-class ProjectModelsController(Controller):
+class ProjectModelsController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}/models"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
     @get("/")
     async def get_models(

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from litestar import Controller, delete, get, patch, post
+from litestar import delete, get, patch, post
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.db.models import Project, ProjectMember, User
+from app.db.models import ProjectMember, User
 from app.domain.accounts.credential_services import RuntimeTokenService, TokenRevocationService
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
+from app.domain.paging import Page, Paging, from_row
 from app.domain.projects import lifecycle
-from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     MemberAdd,
     MemberOut,
@@ -23,45 +22,30 @@ from app.domain.projects.schemas import (
     ProjectUpdate,
 )
 from app.domain.projects.services import ProjectAccess, ProjectMemberService, ProjectService
+from app.domain.rest import ProjectApiController, principal_paging
+
+# ``role`` is given (the caller's role in the project): ``project_out(project, role=...)``.
+project_out = from_row(ProjectOut)
 
 
-def project_out(project: Project, role: str) -> ProjectOut:
-    return ProjectOut(
-        id=project.id,
-        name=project.name,
-        slug=project.slug,
-        owner_id=project.owner_id,
-        role=role,
-        created_at=project.created_at,
-        updated_at=project.updated_at,
-    )
+# The user's fields; the membership's are given (``role=``, ``added_at=``).
+_member_fields = from_row(MemberOut, user_id=lambda user: user.id)
 
 
 def member_out(member: ProjectMember, user: User) -> MemberOut:
-    return MemberOut(
-        user_id=user.id,
-        email=user.email,
-        name=user.name,
-        role=member.role,
-        added_at=member.created_at,
-    )
+    return _member_fields(user, role=member.role, added_at=member.created_at)
 
 
-class ProjectController(Controller):
+class ProjectController(ProjectApiController):
     path = "/api/projects"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
-    @get("/")
+    # Not a project's list: paged after the caller alone (there is no ``access``).
+    @get("/", dependencies={"paging": principal_paging()})
     async def list_projects(
-        self,
-        principal: Principal,
-        projects_service: ProjectService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        self, principal: Principal, projects_service: ProjectService, paging: Paging
     ) -> Page[ProjectOut]:
-        rows, total = await projects_service.visible_page(principal, limit, offset)
-        return page_of(rows, total, limit, offset, lambda row: project_out(*row))
+        rows, total = await projects_service.visible_page(principal, paging.limit, paging.offset)
+        return paging.page(rows, total, lambda row: project_out(row[0], role=row[1]))
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_project(
@@ -74,11 +58,11 @@ class ProjectController(Controller):
         project = await projects_service.create_owned(
             name=data.name, slug=data.slug, owner_id=current_user.id
         )
-        return project_out(project, "owner")
+        return project_out(project, role="owner")
 
     @get("/{project_id:uuid}")
     async def get_project(self, access: ProjectAccess) -> ProjectOut:
-        return project_out(access.project, access.role)
+        return project_out(access.project, role=access.role)
 
     @patch("/{project_id:uuid}")
     async def update_project(
@@ -89,7 +73,7 @@ class ProjectController(Controller):
     ) -> ProjectOut:
         access.require(access.can_manage_project, "change this project")
         project = await projects_service.rename(access.project, data)
-        return project_out(project, access.role)
+        return project_out(project, role=access.role)
 
     @delete("/{project_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def delete_project(
@@ -117,11 +101,10 @@ class ProjectController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         members_service: ProjectMemberService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[MemberOut]:
-        rows, total = await members_service.page(project_id, limit, offset)
-        return page_of(rows, total, limit, offset, lambda row: member_out(*row))
+        rows, total = await members_service.page(project_id, paging.limit, paging.offset)
+        return paging.page(rows, total, lambda row: member_out(*row))
 
     @post("/{project_id:uuid}/members", status_code=HTTP_201_CREATED)
     async def add_member(

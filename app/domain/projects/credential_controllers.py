@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from litestar import Controller, delete, get, post
+from litestar import delete, get, post
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
 from app.domain.accounts.principals import Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, by_attributes, page_of
+from app.domain.paging import Page, Paging, by_attributes, from_row
 from app.domain.projects import lifecycle
-from app.domain.projects.deps import projects_principal
 from app.domain.projects.schemas import (
     ApiKeyCreate,
     ApiKeyCreated,
@@ -23,6 +22,7 @@ from app.domain.projects.schemas import (
     RuntimeTokenOut,
 )
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import ProjectApiController
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
 
@@ -31,10 +31,13 @@ def _creator(principal: Principal) -> UUID | None:
     return principal.user_id if isinstance(principal, UserPrincipal) else None
 
 
-class ApiKeyController(Controller):
+# The new row's fields, and the secret given once (``key=`` / ``token=``).
+key_created = from_row(ApiKeyCreated)
+token_created = from_row(RuntimeTokenCreated)
+
+
+class ApiKeyController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}/api-keys"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_key(
@@ -54,9 +57,7 @@ class ApiKeyController(Controller):
             api_keys_service=api_keys_service,
             api_key_sync=api_key_sync,
         )
-        return ApiKeyCreated(
-            id=row.id, name=row.name, prefix=row.prefix, key=secret, created_at=row.created_at
-        )
+        return key_created(row, key=secret)
 
     @get("/")
     async def list_keys(
@@ -64,11 +65,10 @@ class ApiKeyController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         api_keys_service: ApiKeyService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[ApiKeyOut]:
-        rows, total = await api_keys_service.page(project_id, limit, offset)
-        return page_of(rows, total, limit, offset, by_attributes(ApiKeyOut))
+        rows, total = await api_keys_service.page(project_id, paging.limit, paging.offset)
+        return paging.page(rows, total, by_attributes(ApiKeyOut))
 
     @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_key(
@@ -86,10 +86,8 @@ class ApiKeyController(Controller):
         )
 
 
-class RuntimeTokenController(Controller):
+class RuntimeTokenController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}/runtime-tokens"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_token(
@@ -111,13 +109,7 @@ class RuntimeTokenController(Controller):
             ttl_seconds=ttl,
             created_by=_creator(principal),
         )
-        return RuntimeTokenCreated(
-            id=row.id,
-            name=row.name,
-            token=issued.token,
-            expires_at=row.expires_at,
-            created_at=row.created_at,
-        )
+        return token_created(row, token=issued.token)
 
     @get("/")
     async def list_tokens(
@@ -125,11 +117,10 @@ class RuntimeTokenController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         runtime_tokens_service: RuntimeTokenService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[RuntimeTokenOut]:
-        rows, total = await runtime_tokens_service.page(project_id, limit, offset)
-        return page_of(rows, total, limit, offset, by_attributes(RuntimeTokenOut))
+        rows, total = await runtime_tokens_service.page(project_id, paging.limit, paging.offset)
+        return paging.page(rows, total, by_attributes(RuntimeTokenOut))
 
     @delete("/{token_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_token(

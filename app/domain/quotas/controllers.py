@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from litestar import Controller, get, put
+from litestar import get, put
 
 from app.db.models import Project, ProjectQuota
 from app.domain.accounts.principals import Principal
-from app.domain.backends.deps import platform_admin
-from app.domain.projects.deps import projects_principal
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectAccess, ProjectService
 from app.domain.quotas.gate import QuotaGate, WindowUsage
 from app.domain.quotas.limits import QuotaLimits
@@ -34,6 +32,7 @@ from app.domain.quotas.schemas import (
     WindowUsageOut,
 )
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
+from app.domain.rest import AdminController, ProjectApiController
 from app.lib.errors import NotFoundError
 
 
@@ -65,10 +64,9 @@ async def quota_out(project_id: UUID, row: ProjectQuota | None, gate: QuotaGate)
     )
 
 
-class QuotaAdminController(Controller):
+class QuotaAdminController(AdminController):
     path = "/api/admin/projects"
     tags = ["admin: quotas"]
-    dependencies = {"platform_admin": platform_admin}
 
     @put("/{project_id:uuid}/quota")
     async def set_admin_quota(
@@ -90,10 +88,8 @@ class QuotaAdminController(Controller):
         return await quota_out(project_id, row, quota_gate)
 
 
-class ProjectQuotaController(Controller):
+class ProjectQuotaController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
     @get("/quota")
     async def get_quota(

@@ -11,49 +11,37 @@ from __future__ import annotations
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, delete, get, patch, post, put
+from litestar import delete, get, patch, post, put
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.models import ProjectSecret
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
-from app.domain.projects.deps import projects_principal
+from app.domain.paging import Page, Paging, from_row
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import ProjectApiController
 from app.domain.secrets.schemas import (
     SecretCreate,
     SecretOut,
     SecretUpdate,
-    SecretUser,
     SecretValueIn,
 )
 from app.domain.secrets.services import ProjectSecretService
 from app.lib.vault import Vault
 
-
-def secret_out(row: ProjectSecret, used_by: list[SecretUser]) -> SecretOut:
-    return SecretOut(
-        id=row.id,
-        name=row.name,
-        description=row.description,
-        hint=row.hint,
-        created_at=row.created_at,
-        rotated_at=row.rotated_at,
-        used_by=used_by,
-    )
+# ``used_by`` is given: ``secret_out(row, used_by=[...])``.
+secret_out = from_row(SecretOut)
 
 
 async def _out(service: ProjectSecretService, row: ProjectSecret) -> SecretOut:
     users = await service.users_of(row.project_id, [row.id])
-    return secret_out(row, users.get(row.id, []))
+    return secret_out(row, used_by=users.get(row.id, []))
 
 
 def _require_write(access: ProjectAccess, action: str) -> None:
     access.require(access.can_manage_credentials, action)
 
 
-class ProjectSecretController(Controller):
+class ProjectSecretController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}/secrets"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_secret(
@@ -71,20 +59,19 @@ class ProjectSecretController(Controller):
             description=data.description,
             vault=vault,
         )
-        return secret_out(row, [])
+        return secret_out(row, used_by=[])
 
     @get("/")
     async def list_secrets(
         self,
         access: ProjectAccess,
         secrets_service: ProjectSecretService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[SecretOut]:
         project_id = access.project.id
-        rows, total = await secrets_service.page(project_id, limit, offset)
+        rows, total = await secrets_service.page(project_id, paging.limit, paging.offset)
         users = await secrets_service.users_of(project_id, [r.id for r in rows])
-        return page_of(rows, total, limit, offset, lambda r: secret_out(r, users.get(r.id, [])))
+        return paging.page(rows, total, lambda r: secret_out(r, used_by=users.get(r.id, [])))
 
     @get("/{secret_id:uuid}")
     async def get_secret(

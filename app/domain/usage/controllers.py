@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, get
+from litestar import Request, get
 
-from app.db.models import UsageRecord
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page, page_of
-from app.domain.projects.deps import projects_principal
+from app.domain.paging import Page, Paging, from_row
 from app.domain.projects.services import ProjectAccess
+from app.domain.rest import ProjectApiController
 from app.domain.usage.schemas import (
     UsageGroupOut,
     UsageRecordOut,
@@ -24,7 +23,6 @@ from app.domain.usage.schemas import (
     UsageTotals,
 )
 from app.domain.usage.services import (
-    Aggregate,
     UsageFilters,
     UsageRecordService,
     parse_group_by,
@@ -38,49 +36,14 @@ def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
     return {name: request.query_params[name] for name in request.query_params}
 
 
-def record_out(r: UsageRecord) -> UsageRecordOut:
-    return UsageRecordOut(
-        id=r.id,
-        api_key_id=r.api_key_id,
-        user_id=r.user_id,
-        model_requested=r.model_requested,
-        model_served=r.model_served,
-        backend=r.backend,
-        endpoint=r.endpoint,
-        streamed=r.streamed,
-        prompt_tokens=r.prompt_tokens,
-        completion_tokens=r.completion_tokens,
-        total_tokens=r.total_tokens,
-        estimated=r.estimated,
-        status=r.status,
-        error_code=r.error_code,
-        latency_ms=r.latency_ms,
-        ttft_ms=r.ttft_ms,
-        conversation_id=r.conversation_id,
-        model_profile_id=r.model_profile_id,
-        is_custom=r.is_custom,
-        is_override_key=r.is_override_key,
-        cost=r.cost,
-        created_at=r.created_at,
-    )
+# Every field of these is the record's (or aggregate's) attribute of the same name.
+record_out = from_row(UsageRecordOut)
+_group_out = from_row(UsageGroupOut)
+_totals_out = from_row(UsageTotals)
 
 
-def _group_out(a: Aggregate) -> UsageGroupOut:
-    return UsageGroupOut(
-        key=a.key,
-        requests=a.requests,
-        prompt_tokens=a.prompt_tokens,
-        completion_tokens=a.completion_tokens,
-        total_tokens=a.total_tokens,
-        errors=a.errors,
-        cost=a.cost,
-    )
-
-
-class ProjectUsageController(Controller):
+class ProjectUsageController(ProjectApiController):
     path = "/api/projects/{project_id:uuid}"
-    tags = ["projects"]
-    dependencies = {"principal": projects_principal}
 
     @get("/usage")
     async def list_usage(
@@ -89,12 +52,13 @@ class ProjectUsageController(Controller):
         project_id: UUID,
         access: ProjectAccess,
         usage_records_service: UsageRecordService,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[UsageRecordOut]:
         filters = UsageFilters.parse(_query(request), allowed=PAGE_PARAMS)
-        rows, total = await usage_records_service.page(project_id, filters, limit, offset)
-        return page_of(rows, total, limit, offset, record_out)
+        rows, total = await usage_records_service.page(
+            project_id, filters, paging.limit, paging.offset
+        )
+        return paging.page(rows, total, record_out)
 
     @get("/usage/summary")
     async def usage_summary(
@@ -111,12 +75,5 @@ class ProjectUsageController(Controller):
         return UsageSummaryOut(
             group_by=group_by,
             items=[_group_out(g) for g in groups],
-            totals=UsageTotals(
-                requests=totals.requests,
-                prompt_tokens=totals.prompt_tokens,
-                completion_tokens=totals.completion_tokens,
-                total_tokens=totals.total_tokens,
-                errors=totals.errors,
-                cost=totals.cost,
-            ),
+            totals=_totals_out(totals),
         )

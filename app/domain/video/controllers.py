@@ -21,9 +21,9 @@ from litestar.params import QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_204_NO_CONTENT
 
 from app.domain.accounts.principals import Principal
-from app.domain.backends.deps import platform_admin
 from app.domain.calls.callers import Caller
-from app.domain.paging import DEFAULT_LIMIT, LimitQuery, OffsetQuery, Page
+from app.domain.paging import OffsetQuery, Page, Paging
+from app.domain.rest import AdminController
 from app.domain.video.facade import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, VideoJobs, VideoOwner
 from app.domain.video.prices import VideoPrices
 from app.domain.video.schemas import (
@@ -86,21 +86,19 @@ class VideoGenerationController(Controller):
         return await video_jobs.cancel(VideoOwner.of(caller), job_id)
 
 
-class VideoPriceAdminController(Controller):
+class VideoPriceAdminController(AdminController):
     path = "/api/admin/video-prices"
     tags = ["admin: video prices"]
-    dependencies = {"platform_admin": platform_admin}
 
     @get("/")
     async def list_prices(
         self,
         platform_admin: Principal,
         video_prices: VideoPrices,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        offset: OffsetQuery = 0,
+        paging: Paging,
     ) -> Page[VideoPriceOut]:
-        items, total = await video_prices.page(limit, offset)
-        return Page(items=items, total=total, limit=limit, offset=offset)
+        items, total = await video_prices.page(paging.limit, paging.offset)
+        return Page(items=items, total=total, limit=paging.limit, offset=paging.offset)
 
     @put("/{model:str}")
     async def put_price(
