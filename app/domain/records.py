@@ -15,7 +15,7 @@ R = TypeVar("R")
 
 
 @functools.cache
-def _fields(record: type[Any]) -> tuple[tuple[str, bool], ...]:
+def _fields(record: Any) -> tuple[tuple[str, bool], ...]:
     """Each field of a dataclass or msgspec struct type, and whether it is required.
 
     Cached per type: every metered call copies its record into a usage entry, and
