@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import msgspec
 
 R = TypeVar("R")
 
 
-@functools.cache
-def _fields(record: Any) -> tuple[tuple[str, bool], ...]:
+def _read_fields(record: type[Any]) -> tuple[tuple[str, bool], ...]:
     """Each field of a dataclass or msgspec struct type, and whether it is required.
 
     Cached per type: every metered call copies its record into a usage entry, and
@@ -27,6 +27,9 @@ def _fields(record: Any) -> tuple[tuple[str, bool], ...]:
             for f in dataclasses.fields(record)
         )
     return tuple((f.name, f.required) for f in msgspec.structs.fields(record))
+
+
+_fields = cast(Callable[[type[Any]], tuple[tuple[str, bool], ...]], functools.cache(_read_fields))
 
 
 def field_names(record: type[Any]) -> tuple[str, ...]:
