@@ -257,9 +257,6 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     agents = AgentsWiring(
         settings, db_config=db_config, bus=bus, vault=vault, routing_sync=routing.routing_sync
     )
-    video = VideoWiring(
-        settings, engine=engine, routing=routing.routing, quotas=quotas.gate, bus=bus
-    )
     # One call lifecycle for every surface: who pays (admission), then route and meter.
     admission = CallAdmission(
         overrides=overrides.index,
@@ -268,6 +265,14 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         custom_targets=DirectTargets(
             backend_factory(custom.custom_llms.http), breaker_factory(settings)
         ),
+    )
+    video = VideoWiring(
+        settings,
+        engine=engine,
+        routing=routing.routing,
+        admission=admission,
+        usage=usage.writer,
+        bus=bus,
     )
     callers = CallerResolver(
         accounts.authenticator,

@@ -22,6 +22,7 @@ from app.domain.video.schemas import VideoJobOut
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.settings import Settings
+from tests.support.api import eventually
 from tests.support.helpers import assert_error, new_user
 from tests.support.live_server import live_server
 from tests.support.routing import ADMIN, register_backend, wait_healthy
@@ -453,7 +454,7 @@ async def test_the_provider_hint_names_the_video_kind_by_its_seed_name(
 
 
 async def test_the_quota_applies_and_credentials_are_required(
-    api: httpx.AsyncClient, minimax: Minimax
+    api: httpx.AsyncClient, video_pg_settings: Settings, minimax: Minimax
 ) -> None:
     model = unique_model()
     await add_minimax_backend(api, minimax, model)
@@ -469,6 +470,21 @@ async def test_the_quota_applies_and_credentials_are_required(
     assert_error(refused, 429, "quota_exceeded")
     assert int(refused.headers["retry-after"]) >= 1
     assert (await api.get("/v1/video/generations", headers=tenant.key)).json()["total"] == 1
+    # The refusal is metered like every refused call: no job, one usage record.
+    refusals: list[Any] = []
+
+    async def metered() -> bool:
+        rows = await usage_rows(video_pg_settings, tenant.key_id, model)
+        refusals[:] = [r for r in rows if r.status == 429]
+        return bool(refusals)
+
+    await eventually(metered, within=10)
+    [refusal] = refusals
+    assert (refusal.endpoint, refusal.error_code, refusal.project_id) == (
+        "video.generations",
+        "quota_exceeded",
+        uuid.UUID(tenant.project_id),
+    )
 
     body = {"model": model, "prompt": "who are you"}
     assert_error(await api.post("/v1/video/generations", json=body), 401)

@@ -81,6 +81,13 @@ class CallAdmission:
         await self._quotas.check(project_id)
         return Admission(model)
 
+    async def admit_job(self, project_id: UUID | None) -> None:
+        """A video job: no custom LLM or override key serves one, so the project's
+        quota alone decides (429 when it is spent); a user's own job counts against
+        none."""
+        if project_id is not None:
+            await self._quotas.check(project_id)
+
     async def custom_llms(self, project_id: UUID | None) -> list[CustomListing]:
         """The project's enabled custom LLMs (``/v1/models`` lists them)."""
         if project_id is None:

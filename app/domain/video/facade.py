@@ -21,8 +21,9 @@ from uuid import UUID
 import msgspec
 
 from app.db.models import VideoJob
+from app.domain.calls.admission import CallAdmission
 from app.domain.calls.callers import Caller
-from app.domain.quotas.gate import QuotaGate
+from app.domain.calls.metering import Meter
 from app.domain.video import metering
 from app.domain.video.events import CANCELLED, publish_job
 from app.domain.video.schemas import VideoJobOut, VideoJobRequest
@@ -30,7 +31,7 @@ from app.domain.video.store import ACTIVE, JobStore, OwnerScope
 from app.domain.video.validation import ValidRequest, validate
 from app.domain.video.views import job_out, parse_public_id
 from app.lib.clock import utcnow
-from app.lib.errors import BadRequestError, ConflictError, NotFoundError
+from app.lib.errors import AronaError, BadRequestError, ConflictError, NotFoundError
 from app.lib.events.base import EventBus
 from app.routing.errors import NoHealthyBackendError
 from app.routing.router import Router
@@ -74,14 +75,16 @@ class VideoJobs:
         *,
         store: JobStore,
         router: Router,
-        quotas: QuotaGate,
+        admission: CallAdmission,
+        meter: Meter,
         bus: EventBus,
         wake: Callable[[], None] | None = None,
     ) -> None:
         """``wake`` is called after each new job (this replica's poller looks at once)."""
         self.store = store
         self._router = router
-        self._quotas = quotas
+        self._admission = admission
+        self._meter = meter
         self._bus = bus
         self._wake = wake
 
@@ -89,14 +92,18 @@ class VideoJobs:
         """Validate, check the model, then the quota (an invalid request or an unknown
         model uses none of it), and persist the job queued.
 
-        The quota counts a job once, when it is created, as it counts a chat call when
-        it is admitted: a job that fails later still counted. A refused creation is
-        not metered (there is no job); the job's usage record is written when it ends.
+        The quota counts a job once, when it is created (``CallAdmission.admit_job``),
+        as it counts a chat call when it is admitted: a job that fails later still
+        counted. A creation the quota refuses is metered at once, as every refused
+        call is (there is no job); a job's own usage record is written when it ends.
         """
         valid = validate(request)
         self._check_model(valid)
-        if owner.project_id is not None:
-            await self._quotas.check(owner.project_id)
+        try:
+            await self._admission.admit_job(owner.project_id)
+        except AronaError as exc:
+            await self._meter.record(metering.refused(owner, valid.model, exc, self._meter.now()))
+            raise
         now = utcnow()
         row = VideoJob(
             id=uuid.uuid4(),

@@ -10,12 +10,16 @@ carries a cost.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.db.models import VideoJob
 from app.domain.calls.metering import CLIENT_CLOSED_STATUS, CallRecord
 from app.domain.calls.metering import usage_row as entry_row
 from app.lib.clock import utcnow
+from app.lib.errors import AronaError
+
+if TYPE_CHECKING:
+    from app.domain.video.facade import VideoOwner
 
 ENDPOINT = "video.generations"
 # The HTTP status a synchronous call would have answered with, so usage reports read
@@ -52,3 +56,18 @@ def usage_row(
     )
     latency_ms = max(0, int((now - started).total_seconds() * 1000))
     return entry_row(record.entry(latency_ms=latency_ms, created_at=now))
+
+
+def refused(owner: VideoOwner, model: str, error: AronaError, started: float) -> CallRecord:
+    """The record of a creation refused before any job existed (the quota's 429 or
+    503), for the request path's ``Meter``."""
+    record = CallRecord(
+        endpoint=ENDPOINT,
+        model_requested=model[:200],
+        started=started,
+        project_id=owner.project_id,
+        api_key_id=owner.api_key_id,
+        user_id=owner.user_id,
+    )
+    record.failed(error)
+    return record

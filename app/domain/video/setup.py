@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.domain.quotas.gate import QuotaGate
+from app.domain.calls.admission import CallAdmission
+from app.domain.calls.metering import Meter
+from app.domain.usage.entry import UsageSink
 from app.domain.video.facade import VideoJobs
 from app.domain.video.poller import TICK_SECONDS, VideoPoller
 from app.domain.video.prices import VideoPrices
@@ -19,7 +21,8 @@ def build_video(
     *,
     engine: AsyncEngine,
     routing: RoutingService,
-    quotas: QuotaGate,
+    admission: CallAdmission,
+    usage: UsageSink,
     bus: EventBus,
 ) -> tuple[VideoJobs, VideoPoller, VideoPrices]:
     store = JobStore(engine)
@@ -33,5 +36,12 @@ def build_video(
         # Never look for due jobs less often than jobs are polled.
         tick_seconds=min(TICK_SECONDS, settings.video_poll_seconds),
     )
-    jobs = VideoJobs(store=store, router=routing.router, quotas=quotas, bus=bus, wake=poller.wake)
+    jobs = VideoJobs(
+        store=store,
+        router=routing.router,
+        admission=admission,
+        meter=Meter(usage, routing.clock),
+        bus=bus,
+        wake=poller.wake,
+    )
     return jobs, poller, VideoPrices(engine)

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.domain.quotas.gate import QuotaGate
+from app.domain.calls.admission import CallAdmission
+from app.domain.usage.entry import UsageSink
 from app.domain.video.setup import build_video
 from app.lib.components import BackgroundTask, Component
 from app.lib.events.base import EventBus
@@ -24,11 +25,12 @@ class VideoWiring(Component):
         *,
         engine: AsyncEngine,
         routing: RoutingService,
-        quotas: QuotaGate,
+        admission: CallAdmission,
+        usage: UsageSink,
         bus: EventBus,
     ) -> None:
         self.jobs, self.poller, self.prices = build_video(
-            settings, engine=engine, routing=routing, quotas=quotas, bus=bus
+            settings, engine=engine, routing=routing, admission=admission, usage=usage, bus=bus
         )
 
     def provides(self) -> Mapping[str, object]:
