@@ -331,6 +331,10 @@ _ENV: tuple[tuple[str, str, _Parse], ...] = (
 """(variable, field, parser) of every setting read from the environment, in the order
 they are checked (the first malformed one is the error reported)."""
 
+SETTING_VARIABLES: frozenset[str] = frozenset(name for name, _, _ in _ENV)
+"""Every ARONA_* variable the settings loader reads (deployment files are checked
+against it)."""
+
 
 def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Build settings from the environment (or ``env``), then apply explicit overrides."""

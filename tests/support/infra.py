@@ -7,7 +7,6 @@ variable interpolation, the nginx configuration's block structure, dotenv files.
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from collections import Counter
@@ -18,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from app.lib.settings import load_settings
+from app.lib.settings import SETTING_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -45,7 +44,7 @@ SECRET_SETTINGS = frozenset(
 
 def known_settings() -> frozenset[str]:
     """Every ARONA_* variable the settings loader reads."""
-    return frozenset(re.findall(r'get\("(ARONA_[A-Z0-9_]+)"\)', inspect.getsource(load_settings)))
+    return SETTING_VARIABLES
 
 
 def load_yaml(path: Path) -> Any:
