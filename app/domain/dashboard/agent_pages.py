@@ -18,23 +18,23 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from litestar import Request, delete, get, post
+from litestar import delete, get, post
 from litestar.response import Redirect, Response, Template
-from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.domain.agents.schemas import AgentCreate, DeployIn
 from app.domain.agents.services import AgentNodeService
 from app.domain.agents.setup import Agents
 from app.domain.dashboard.agent_views import agents_view
 from app.domain.dashboard.common import (
+    AdminRequest,
     DashboardController,
     admin_page,
     db_config_of,
-    form_fragment,
+    notice,
     notify,
     text,
 )
-from app.domain.web.pages import WebUser, is_htmx
+from app.domain.web.pages import WebUser
 from app.lib.errors import AronaError
 
 CREATE_TEMPLATE = "dashboard/partials/agent_create.html"
@@ -44,33 +44,25 @@ LEAST_LOADED = "least-loaded"
 
 class AgentPages(DashboardController):
     @get("/agents")
-    async def agents_page(
-        self, request: Request[Any, Any, Any], web_admin: WebUser, agents: Agents
-    ) -> Template:
-        view = await agents_view(db_config_of(request), agents.offline_seconds)
+    async def agents_page(self, admin: AdminRequest, agents: Agents) -> Template:
+        view = await agents_view(db_config_of(admin.request), agents.offline_seconds)
         return admin_page(
             "dashboard/agents.html",
-            web_admin,
+            admin.user,
             "agents",
             view=view,
             values={},
             errors={},
             created=None,
-            panel_url=str(request.base_url).rstrip("/"),
+            panel_url=_panel_url(admin),
         )
 
     @post("/agents", status_code=200)
     async def create_agent(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        agent_nodes_service: AgentNodeService,
+        self, admin: AdminRequest, agent_nodes_service: AgentNodeService
     ) -> Template | Redirect:
-        form = await request.form()
-        values = {"name": text(form, "name")}
+        values = {"name": text(await admin.form(), "name")}
         errors: dict[str, str] = {}
-        created: dict[str, str] | None = None
-        headers = None
         if not values["name"]:
             errors["name"] = "Give the agent a name."
         else:
@@ -82,20 +74,17 @@ class AgentPages(DashboardController):
             except AronaError as exc:
                 errors["name"] = exc.message
             else:
-                if not is_htmx(request):
-                    return Redirect("/admin/agents", status_code=HTTP_303_SEE_OTHER)
-                created = {"name": row.name, "token": token}
-                headers = notify(f"Agent {row.name} created.", "success", "agents-changed")
-                values = {}
-        return form_fragment(
-            request,
-            CREATE_TEMPLATE,
-            web_admin,
-            headers=headers,
-            values=values,
-            errors=errors,
-            created=created,
-            panel_url=str(request.base_url).rstrip("/"),
+                return admin.saved(
+                    "/admin/agents",
+                    CREATE_TEMPLATE,
+                    headers=notify(f"Agent {row.name} created.", "success", "agents-changed"),
+                    values={},
+                    errors={},
+                    created={"name": row.name, "token": token},
+                    panel_url=_panel_url(admin),
+                )
+        return admin.form_fragment(
+            CREATE_TEMPLATE, values=values, errors=errors, created=None, panel_url=_panel_url(admin)
         )
 
     @delete("/agents/{agent_id:uuid}", status_code=200)
@@ -103,13 +92,11 @@ class AgentPages(DashboardController):
         self, agent_id: UUID, web_admin: WebUser, agents: Agents
     ) -> Response[str]:
         await agents.deployer.delete_identity(agent_id)
-        return Response("", headers=notify("Agent deleted; its connection was closed."))
+        return notice("Agent deleted; its connection was closed.")
 
     @post("/agent-deployments", status_code=200)
-    async def deploy(
-        self, request: Request[Any, Any, Any], web_admin: WebUser, agents: Agents
-    ) -> Template:
-        form = await request.form()
+    async def deploy(self, admin: AdminRequest, agents: Agents) -> Template:
+        form = await admin.form()
         chosen = text(form, "agent_id")
         values = {"model_id": text(form, "model_id"), "agent_id": chosen}
         errors: dict[str, str] = {}
@@ -132,18 +119,17 @@ class AgentPages(DashboardController):
                 else:
                     headers = notify(f"Deploying {row.model_id}.", "success", "agents-changed")
                     values = {"model_id": "", "agent_id": chosen}
-        view = await agents_view(db_config_of(request), agents.offline_seconds)
-        return form_fragment(
-            request,
-            DEPLOY_TEMPLATE,
-            web_admin,
-            headers=headers,
-            view=view,
-            values=values,
-            errors=errors,
+        view = await agents_view(db_config_of(admin.request), agents.offline_seconds)
+        return admin.form_fragment(
+            DEPLOY_TEMPLATE, headers=headers, view=view, values=values, errors=errors
         )
 
     @post("/agent-deployments/{deployment_id:uuid}/stop", status_code=200)
     async def stop(self, deployment_id: UUID, web_admin: WebUser, agents: Agents) -> Response[str]:
         row = await agents.deployer.stop(deployment_id)
-        return Response("", headers=notify(f"Stopping {row.model_id}."))
+        return notice(f"Stopping {row.model_id}.")
+
+
+def _panel_url(admin: AdminRequest) -> str:
+    """The address agents dial (shown in the install command)."""
+    return str(admin.request.base_url).rstrip("/")

@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Request, delete, get, post
+from litestar import delete, get, post
 from litestar.di import Provide
 from litestar.response import Redirect, Response, Template
-from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.db.models import BackendConfig
 from app.domain.backends.schemas import (
@@ -24,18 +23,20 @@ from app.domain.backends.services import AliasService, BackendConfigService, bac
 from app.domain.backends.sync import EvernightUnreachableError, RoutingConfigSync
 from app.domain.dashboard.backend_views import BackendView, backend_view, backend_views
 from app.domain.dashboard.common import (
+    ADMIN,
+    AdminRequest,
     DashboardController,
     admin_page,
     checked,
-    form_fragment,
     fragment,
     items,
+    notice,
     notify,
     optional_int,
     text,
     validation_field,
 )
-from app.domain.web.pages import WebUser, is_htmx
+from app.domain.web.pages import WebUser
 from app.lib.errors import BadRequestError
 from app.lib.vault import Vault, VaultError
 from app.routing.backends.factory import BACKEND_KINDS
@@ -133,29 +134,16 @@ async def _views(
     return await backend_views(rows, backend_registry, vllm_metrics)
 
 
-def _refused(
-    request: Request[Any, Any, Any], web_admin: WebUser, context: dict[str, Any]
-) -> Template:
-    """The form again with its errors (400 without htmx)."""
-    return form_fragment(request, FORM_TEMPLATE, web_admin, **context)
-
-
-def _saved(
-    request: Request[Any, Any, Any], web_admin: WebUser, message: str, kind: str
-) -> Template | Redirect:
+def _saved(admin: AdminRequest, message: str, kind: str) -> Template | Redirect:
     """A saved backend: back to the page without htmx, else a blank form and a toast."""
-    if not is_htmx(request):
-        return Redirect("/admin/backends", status_code=HTTP_303_SEE_OTHER)
-    return fragment(
-        FORM_TEMPLATE,
-        web_admin,
-        headers=notify(message, "success", "backends-changed"),
-        **_form_context(kind, {}, {}),
+    headers = notify(message, "success", "backends-changed")
+    return admin.saved(
+        "/admin/backends", FORM_TEMPLATE, headers=headers, **_form_context(kind, {}, {})
     )
 
 
 class BackendPages(DashboardController):
-    dependencies = {"pool": Provide(_views)}
+    dependencies = {**ADMIN, "pool": Provide(_views)}
 
     @get("/backends")
     async def backends_page(self, web_admin: WebUser, pool: list[BackendView]) -> Template:
@@ -173,23 +161,20 @@ class BackendPages(DashboardController):
         return fragment(template, web_admin, backends=pool)
 
     @get("/backend-form")
-    async def backend_form(
-        self, request: Request[Any, Any, Any], web_admin: WebUser, type: str = "external"
-    ) -> Template:
+    async def backend_form(self, admin: AdminRequest, type: str = "external") -> Template:
         """The form of another type; what was typed so far comes along (``hx-include``)."""
-        values = _values(request.query_params)
-        return fragment(FORM_TEMPLATE, web_admin, **_form_context(type[:32], values, {}))
+        values = _values(admin.request.query_params)
+        return admin.fragment(FORM_TEMPLATE, **_form_context(type[:32], values, {}))
 
     @post("/backends", status_code=200)
     async def register_backend(
         self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
+        admin: AdminRequest,
         backend_configs_service: BackendConfigService,
         vault: Vault,
         routing_sync: RoutingConfigSync,
     ) -> Template | Redirect:
-        form = await request.form()
+        form = await admin.form()
         kind, values = text(form, "type") or "external", _values(form)
         errors: dict[str, str] = {}
         registration = _registration(kind, values, text(form, "api_key") or None, errors)
@@ -200,9 +185,9 @@ class BackendPages(DashboardController):
         if registration is not None and not errors:
             await _verify_tunnel(routing_sync, registration, errors)
         if registration is None or errors:
-            return _refused(request, web_admin, _form_context(kind, values, errors))
+            return admin.form_fragment(FORM_TEMPLATE, **_form_context(kind, values, errors))
         row = await backend_configs_service.register(registration, vault)
-        return _saved(request, web_admin, f"Backend {row.name} registered.", registration.kind)
+        return _saved(admin, f"Backend {row.name} registered.", registration.kind)
 
     @get("/backends/{name:str}/edit")
     async def edit_backend_form(
@@ -215,8 +200,7 @@ class BackendPages(DashboardController):
     async def update_backend(
         self,
         name: str,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
+        admin: AdminRequest,
         backend_configs_service: BackendConfigService,
         vault: Vault,
         routing_sync: RoutingConfigSync,
@@ -224,7 +208,7 @@ class BackendPages(DashboardController):
         backend_registry: BackendRegistry,
     ) -> Template | Redirect:
         row = await backend_configs_service.require(name)
-        form = await request.form()
+        form = await admin.form()
         values = {**_values(form), "name": row.name}
         errors: dict[str, str] = {}
         api_key = text(form, "api_key") or None
@@ -237,12 +221,12 @@ class BackendPages(DashboardController):
         if registration is not None and not errors:
             await _verify_tunnel(routing_sync, registration, errors)
         if registration is None or errors:
-            return _refused(request, web_admin, _edit_context(row, values, errors))
+            return admin.form_fragment(FORM_TEMPLATE, **_edit_context(row, values, errors))
         before = backend_registry.get(row.name)
         await backend_configs_service.register(registration, vault)
         # Saved as it was or not, it is probed at once (like a registration by the API).
         routing_sync.probe_if_kept(row.name, before, health_checker)
-        return _saved(request, web_admin, f"Backend {row.name} saved.", row.kind)
+        return _saved(admin, f"Backend {row.name} saved.", row.kind)
 
     @delete("/backends/{name:str}", status_code=200)
     async def remove_backend(
@@ -252,7 +236,7 @@ class BackendPages(DashboardController):
         backend_configs_service: BackendConfigService,
     ) -> Response[str]:
         await backend_configs_service.delete_by_name(name)
-        return Response("", headers=notify(f"Backend {name} removed."))
+        return notice(f"Backend {name} removed.")
 
     @post("/backends/{name:str}/probe", status_code=200)
     async def probe_backend(
@@ -310,13 +294,8 @@ class AliasPages(DashboardController):
         )
 
     @post("/", status_code=200)
-    async def add_alias(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        aliases_service: AliasService,
-    ) -> Template:
-        form = await request.form()
+    async def add_alias(self, admin: AdminRequest, aliases_service: AliasService) -> Template:
+        form = await admin.form()
         values = {"alias": text(form, "alias"), "target": text(form, "target")}
         errors: dict[str, str] = {}
         for field, label in (("alias", "the alias"), ("target", "the model it stands for")):
@@ -335,10 +314,8 @@ class AliasPages(DashboardController):
                 await aliases_service.set_alias(alias, target)
                 headers, values = notify(f"{alias} now stands for {target}."), {}
         rows, total = await aliases_service.page(ALIAS_PAGE, 0)
-        return form_fragment(
-            request,
+        return admin.form_fragment(
             "dashboard/partials/alias_section.html",
-            web_admin,
             headers=headers,
             aliases=rows,
             total=total,
@@ -356,4 +333,4 @@ class AliasPages(DashboardController):
     ) -> Response[str]:
         name = alias.removeprefix("/")
         await aliases_service.delete_by_alias(name)
-        return Response("", headers=notify(f"Alias {name} removed."))
+        return notice(f"Alias {name} removed.")

@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from litestar import Controller, Request
-from litestar.response import Template
+from litestar.datastructures import FormMultiDict
+from litestar.di import Provide
+from litestar.response import Redirect, Response, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.domain.dashboard.feeds import Render
 from app.domain.web.pages import WebUser, csrf_guard, is_htmx, render
@@ -36,13 +40,73 @@ _FIELD_IN_PATH = re.compile(r"at `\$\.([A-Za-z_]+)")
 _BOUND = re.compile(r"Expected `(int|str|array)`(?: of length)? (>=|<=|>|<) (\d+)")
 
 
+@dataclass(frozen=True, slots=True)
+class AdminRequest:
+    """One request of a platform admin to a dashboard page, and how it is answered: a
+    fragment for htmx, the page again (or a 400 form) without it. Handlers that read a
+    form or answer with a fragment take ``admin`` rather than the request and
+    ``web_admin`` separately, so the helpers below need not be handed both."""
+
+    request: Request[Any, Any, Any]
+    user: WebUser
+
+    @property
+    def htmx(self) -> bool:
+        return is_htmx(self.request)
+
+    async def form(self) -> FormMultiDict:
+        return await self.request.form()
+
+    def fragment(
+        self,
+        template: str,
+        *,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        **context: Any,
+    ) -> Template:
+        return fragment(template, self.user, status_code=status_code, headers=headers, **context)
+
+    def form_fragment(
+        self,
+        template: str,
+        *,
+        errors: Mapping[str, str],
+        headers: Mapping[str, str] | None = None,
+        **context: Any,
+    ) -> Template:
+        """A form's fragment with each error next to its field (see ``form_status``)."""
+        status = form_status(self.request, errors)
+        return self.fragment(
+            template, status_code=status, headers=headers, errors=errors, **context
+        )
+
+    def saved(
+        self, page: str, template: str, *, headers: Mapping[str, str], **context: Any
+    ) -> Template | Redirect:
+        """A write that succeeded: without htmx, ``page`` again (post/redirect/get);
+        with it, ``template`` and the toast in ``headers``."""
+        if not self.htmx:
+            return Redirect(page, status_code=HTTP_303_SEE_OTHER)
+        return self.fragment(template, headers=headers, **context)
+
+
+def _admin_request(request: Request[Any, Any, Any], web_admin: WebUser) -> AdminRequest:
+    return AdminRequest(request, web_admin)
+
+
+ADMIN = {"admin": Provide(_admin_request, sync_to_thread=False)}
+"""The dependencies of every dashboard controller (a controller with more spreads it)."""
+
+
 class DashboardController(Controller):
     """Dashboard pages: under ``/admin``, out of the OpenAPI schema, unsafe methods
-    checked by ``csrf_guard``."""
+    checked by ``csrf_guard``, handlers given ``admin`` (an ``AdminRequest``)."""
 
     path = "/admin"
     include_in_schema = False
     guards = [csrf_guard]
+    dependencies = ADMIN
 
 
 def admin_page(template: str, web_user: WebUser, section: str, **context: Any) -> Template:
@@ -72,22 +136,6 @@ def fragment(
     return response
 
 
-def form_fragment(
-    request: Request[Any, Any, Any],
-    template: str,
-    web_user: WebUser,
-    *,
-    errors: Mapping[str, str],
-    headers: Mapping[str, str] | None = None,
-    **context: Any,
-) -> Template:
-    """A form's fragment with each error next to its field (see ``form_status``)."""
-    status = form_status(request, errors)
-    return fragment(
-        template, web_user, status_code=status, headers=headers, errors=errors, **context
-    )
-
-
 def form_status(request: Request[Any, Any, Any], errors: Mapping[str, str]) -> int:
     if not errors or is_htmx(request):
         return 200
@@ -99,6 +147,11 @@ def notify(message: str, level: str = "success", *events: str) -> dict[str, str]
     trigger: dict[str, Any] = {"toast": {"level": level, "message": message}}
     trigger.update({event: True for event in events})
     return {"HX-Trigger": json.dumps(trigger)}
+
+
+def notice(message: str) -> Response[str]:
+    """An empty answer with a toast: the button's row is removed, or nothing is swapped."""
+    return Response("", headers=notify(message))
 
 
 def text(form: Mapping[str, Any], name: str) -> str:

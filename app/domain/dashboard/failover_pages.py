@@ -3,42 +3,37 @@ watched profile's live status, and the sticky fallback pins with a clear button.
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
-from litestar import Request, delete, get, post
+from litestar import delete, get, post
 from litestar.response import Redirect, Response, Template
-from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.domain.backends.failover import FailoverControl
 from app.domain.conversations.pins import FallbackPinService, pin_not_found
 from app.domain.dashboard.common import (
+    AdminRequest,
     DashboardController,
     admin_page,
     db_config_of,
-    fragment,
+    notice,
     notify,
     text,
 )
 from app.domain.dashboard.failover_views import pin_views, status_views
-from app.domain.web.pages import WebUser, is_htmx
+from app.domain.web.pages import WebUser
 from app.routing.profiles import ProfileTable
 
 
 class FailoverPages(DashboardController):
     @get("/failover")
     async def failover_page(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        failover_control: FailoverControl,
-        profile_table: ProfileTable,
+        self, admin: AdminRequest, failover_control: FailoverControl, profile_table: ProfileTable
     ) -> Template:
         enabled, statuses = status_views(failover_control, profile_table)
-        pins, total = await pin_views(db_config_of(request))
+        pins, total = await pin_views(db_config_of(admin.request))
         return admin_page(
             "dashboard/failover.html",
-            web_admin,
+            admin.user,
             "failover",
             enabled=enabled,
             statuses=statuses,
@@ -48,21 +43,14 @@ class FailoverPages(DashboardController):
 
     @post("/failover/switch", status_code=200)
     async def set_switch(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        failover_control: FailoverControl,
-        profile_table: ProfileTable,
+        self, admin: AdminRequest, failover_control: FailoverControl
     ) -> Template | Redirect:
-        form = await request.form()
-        enabled = text(form, "enabled") == "on"
+        enabled = text(await admin.form(), "enabled") == "on"
         await failover_control.set_enabled(enabled)
-        if not is_htmx(request):
-            return Redirect("/admin/failover", status_code=HTTP_303_SEE_OTHER)
         message = "Latency failover is on." if enabled else "Latency failover is off."
-        return fragment(
+        return admin.saved(
+            "/admin/failover",
             "dashboard/partials/failover_switch.html",
-            web_admin,
             headers=notify(message),
             enabled=failover_control.policy.enabled,
         )
@@ -74,4 +62,4 @@ class FailoverPages(DashboardController):
         if not await pins_service.clear_pin(conversation_id):
             raise pin_not_found()
         message = f"Conversation {conversation_id} follows its own profile again."
-        return Response("", headers=notify(message))
+        return notice(message)

@@ -8,18 +8,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
-from litestar import Request, delete, get, post
+from litestar import delete, get, post
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from app.db.models import ModelProfile
 from app.domain.dashboard.common import (
+    AdminRequest,
     DashboardController,
     admin_page,
     checked,
-    form_status,
     fragment,
     items,
+    notice,
     notify,
     optional_int,
     text,
@@ -27,7 +28,7 @@ from app.domain.dashboard.common import (
 )
 from app.domain.profiles.schemas import ProfileCreate, ProfileUpdate
 from app.domain.profiles.services import ModelProfileService
-from app.domain.web.pages import WebUser, is_htmx
+from app.domain.web.pages import WebUser
 from app.lib.errors import AronaError
 
 FORM_TEMPLATE = "dashboard/partials/profile_form.html"
@@ -142,17 +143,17 @@ def _form_context(
 
 
 def _form(
-    web_user: WebUser,
+    admin: AdminRequest,
     profiles: Sequence[ModelProfile],
     *,
     mode: str = "create",
     values: dict[str, Any] | None = None,
     errors: dict[str, str] | None = None,
-    status_code: int = 200,
     headers: dict[str, str] | None = None,
 ) -> Template:
+    """The form (400 without htmx when it has ``errors``)."""
     context = _form_context(profiles, mode, values, errors)
-    return fragment(FORM_TEMPLATE, web_user, status_code=status_code, headers=headers, **context)
+    return admin.form_fragment(FORM_TEMPLATE, headers=headers, **context)
 
 
 def _schema_error(exc: Exception) -> dict[str, str]:
@@ -165,8 +166,7 @@ def _schema_error(exc: Exception) -> dict[str, str]:
 
 
 async def _submit(
-    request: Request[Any, Any, Any],
-    web_admin: WebUser,
+    admin: AdminRequest,
     service: ModelProfileService,
     values: dict[str, Any],
     save: Callable[[], Awaitable[str]],
@@ -183,17 +183,17 @@ async def _submit(
         except (msgspec.ValidationError, AronaError) as exc:
             errors = _schema_error(exc)
         else:
-            if not is_htmx(request):
+            # Not ``admin.saved``: the blank form's choices are read only for htmx.
+            if not admin.htmx:
                 return Redirect("/admin/profiles", status_code=HTTP_303_SEE_OTHER)
             headers = notify(message, "success", "profiles-changed")
-            return _form(web_admin, await _profiles(service), headers=headers)
+            return _form(admin, await _profiles(service), headers=headers)
     return _form(
-        web_admin,
+        admin,
         [p for p in await _profiles(service) if p.id != editing],
         mode="create" if editing is None else "edit",
         values=values,
         errors=errors,
-        status_code=form_status(request, errors),
     )
 
 
@@ -221,18 +221,15 @@ class ProfilePages(DashboardController):
 
     @get("/profile-form")
     async def new_profile_form(
-        self, web_admin: WebUser, model_profiles_service: ModelProfileService
+        self, admin: AdminRequest, model_profiles_service: ModelProfileService
     ) -> Template:
-        return _form(web_admin, await _profiles(model_profiles_service))
+        return _form(admin, await _profiles(model_profiles_service))
 
     @post("/profiles", status_code=200)
     async def create_profile(
-        self,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        model_profiles_service: ModelProfileService,
+        self, admin: AdminRequest, model_profiles_service: ModelProfileService
     ) -> Template | Redirect:
-        form = await request.form()
+        form = await admin.form()
         values = _values(form)
 
         async def create() -> str:
@@ -240,26 +237,25 @@ class ProfilePages(DashboardController):
             row = await model_profiles_service.create_profile(data)
             return f"Profile {row.id} created."
 
-        return await _submit(request, web_admin, model_profiles_service, values, create)
+        return await _submit(admin, model_profiles_service, values, create)
 
     @get("/profiles/{profile_id:str}/edit")
     async def edit_profile_form(
-        self, profile_id: str, web_admin: WebUser, model_profiles_service: ModelProfileService
+        self, profile_id: str, admin: AdminRequest, model_profiles_service: ModelProfileService
     ) -> Template:
         row = await model_profiles_service.require(profile_id)
         others = [p for p in await _profiles(model_profiles_service) if p.id != row.id]
-        return _form(web_admin, others, mode="edit", values=_row_values(row))
+        return _form(admin, others, mode="edit", values=_row_values(row))
 
     @post("/profiles/{profile_id:str}", status_code=200)
     async def update_profile(
         self,
         profile_id: str,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
+        admin: AdminRequest,
         model_profiles_service: ModelProfileService,
     ) -> Template | Redirect:
         await model_profiles_service.require(profile_id)
-        form = await request.form()
+        form = await admin.form()
         values = {**_values(form), "id": profile_id}
 
         async def save() -> str:
@@ -268,9 +264,7 @@ class ProfilePages(DashboardController):
             )
             return f"Profile {profile_id} saved."
 
-        return await _submit(
-            request, web_admin, model_profiles_service, values, save, editing=profile_id
-        )
+        return await _submit(admin, model_profiles_service, values, save, editing=profile_id)
 
     @delete("/profiles/{profile_id:str}", status_code=200)
     async def delete_profile(
@@ -280,4 +274,4 @@ class ProfilePages(DashboardController):
         model_profiles_service: ModelProfileService,
     ) -> Response[str]:
         await model_profiles_service.delete_profile(profile_id)
-        return Response("", headers=notify(f"Profile {profile_id} deleted."))
+        return notice(f"Profile {profile_id} deleted.")

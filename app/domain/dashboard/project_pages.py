@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
-from litestar import Request, get, post
+from litestar import get, post
 from litestar.di import Provide
 from litestar.params import QueryParameter
 from litestar.response import Template
@@ -18,10 +18,11 @@ from litestar.response import Template
 from app.db.models import Project, ProjectQuota
 from app.domain.dashboard.charts import Chart, bar_rows, columns
 from app.domain.dashboard.common import (
+    ADMIN,
+    AdminRequest,
     DashboardController,
     admin_page,
     checked,
-    form_fragment,
     fragment,
     notify,
     optional_int,
@@ -152,18 +153,15 @@ async def _project_view(
 
 
 def _quota_form(
-    request: Request[Any, Any, Any],
-    web_admin: WebUser,
-    view: ProjectView,
-    values: dict[str, Any],
-    errors: dict[str, str],
+    admin: AdminRequest, view: ProjectView, values: dict[str, Any], errors: dict[str, str]
 ) -> Template:
     template = "dashboard/partials/quota_form.html"
-    return form_fragment(request, template, web_admin, p=view, values=values, errors=errors)
+    return admin.form_fragment(template, p=view, values=values, errors=errors)
 
 
 class ProjectQuotaPages(DashboardController):
     dependencies = {
+        **ADMIN,
         "project_views": Provide(_project_views, sync_to_thread=False),
         "project_view": Provide(_project_view),
     }
@@ -195,9 +193,7 @@ class ProjectQuotaPages(DashboardController):
         return fragment(ROW_TEMPLATE, web_admin, p=project_view)
 
     @get("/projects/{project_id:uuid}/quota")
-    async def quota_form(
-        self, request: Request[Any, Any, Any], web_admin: WebUser, project_view: ProjectView
-    ) -> Template:
+    async def quota_form(self, admin: AdminRequest, project_view: ProjectView) -> Template:
         limits = project_view.quota.admin_limits
         values: dict[str, Any] = {
             field: "" if limit is None else str(limit)
@@ -208,19 +204,18 @@ class ProjectQuotaPages(DashboardController):
             )
         }
         values["fail_closed"] = project_view.quota.fail_closed
-        return _quota_form(request, web_admin, project_view, values, {})
+        return _quota_form(admin, project_view, values, {})
 
     @post("/projects/{project_id:uuid}/quota", status_code=200)
     async def set_quota(
         self,
         project_id: UUID,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
+        admin: AdminRequest,
         project_quotas_service: ProjectQuotaService,
         project_views: ProjectViews,
     ) -> Template:
         project = await project_views.project(project_id)
-        form = await request.form()
+        form = await admin.form()
         body = {wire: optional_int(form, field) for wire, field in FIELDS.items()}
         values: dict[str, Any] = {field: str(form.get(field) or "") for field in FIELDS.values()}
         values["fail_closed"] = checked(form, "fail_closed")
@@ -229,7 +224,7 @@ class ProjectQuotaPages(DashboardController):
         except msgspec.ValidationError as exc:
             field, message = validation_field(exc, FIELDS)
             errors = {field: f"{message} Leave it blank for no limit."}
-            return _quota_form(request, web_admin, await project_views.one(project), values, errors)
+            return _quota_form(admin, await project_views.one(project), values, errors)
         await project_quotas_service.set_admin_limits(
             project_id,
             WindowValues(data.per_minute, data.per_day, data.per_month),
@@ -237,7 +232,7 @@ class ProjectQuotaPages(DashboardController):
         )
         view = await project_views.one(project)
         headers = notify(f"Limits of {project.name} saved.")
-        return fragment(ROW_TEMPLATE, web_admin, headers=headers, p=view)
+        return admin.fragment(ROW_TEMPLATE, headers=headers, p=view)
 
 
 class UsagePages(DashboardController):

@@ -17,17 +17,16 @@ and reported as a toast.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from litestar import Request, get, post
+from litestar import get, post
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from app.domain.dashboard.common import DashboardController, admin_page, fragment
+from app.domain.dashboard.common import AdminRequest, DashboardController, admin_page, fragment
 from app.domain.dashboard.video_views import video_jobs_view
 from app.domain.video.facade import VideoJobs, VideoOwner, job_not_found
 from app.domain.video.views import parse_public_id
-from app.domain.web.pages import WebUser, is_htmx
+from app.domain.web.pages import WebUser
 
 ROWS_TEMPLATE = "dashboard/partials/video_rows.html"
 
@@ -65,15 +64,12 @@ class VideoPages(DashboardController):
 
     @post("/video/{job_id:str}/cancel", status_code=200)
     async def cancel_job(
-        self,
-        job_id: str,
-        request: Request[Any, Any, Any],
-        web_admin: WebUser,
-        video_jobs: VideoJobs,
+        self, job_id: str, admin: AdminRequest, video_jobs: VideoJobs
     ) -> Template | Redirect:
         model = await admin_cancel(video_jobs, job_id)
-        if not is_htmx(request):
+        # Not ``admin.saved``: the rows are read only for htmx.
+        if not admin.htmx:
             return Redirect("/admin/video", status_code=HTTP_303_SEE_OTHER)
         view = await video_jobs_view(video_jobs)
         message = f"Video job {job_id} ({model}) cancelled."
-        return fragment(ROWS_TEMPLATE, web_admin, headers=_toast_on_body(message), view=view)
+        return admin.fragment(ROWS_TEMPLATE, headers=_toast_on_body(message), view=view)
