@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.domain.web.charts import compact_number
+
 WIDTH = 640
 HEIGHT = 240
 LEFT = 48  # room for the value axis labels
@@ -73,15 +75,6 @@ class Chart:
     @property
     def empty(self) -> bool:
         return not any(b.value for b in self.bars)
-
-
-def compact_number(value: float) -> str:
-    """``950``, ``1.2k``, ``3.4M``: axis labels stay short."""
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= size:
-            text = f"{value / size:.1f}".rstrip("0").rstrip(".")
-            return text + suffix
-    return str(int(value))
 
 
 def nice_ceiling(value: int) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.domain.web.charts import compact_number
+
 MAX_LABEL = 24
 
 
@@ -35,7 +37,6 @@ class Bar:
 class Chart:
     id: str
     title: str
-    description: str
     kind: str
     """``rows`` (horizontal bars, one per label) or ``columns`` (a time series)."""
     width: int
@@ -47,14 +48,10 @@ class Chart:
     def empty(self) -> bool:
         return not any(bar.value for bar in self.bars)
 
-
-def human(value: float) -> str:
-    """1234 -> 1.2k, 5_600_000 -> 5.6M."""
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= limit:
-            text = f"{value / limit:.1f}".removesuffix(".0")
-            return f"{text}{suffix}"
-    return f"{value:.0f}"
+    @property
+    def description(self) -> str:
+        """The chart's figures for screen readers (its ``<desc>``)."""
+        return ", ".join(f"{bar.label}: {bar.value}" for bar in self.bars) or "no data"
 
 
 def _short(label: str, limit: int = MAX_LABEL) -> str:
@@ -87,7 +84,7 @@ def bar_rows(
                 label=label,
                 short=_short(label),
                 value=value,
-                shown=human(value),
+                shown=compact_number(value),
                 x=label_width,
                 y=y,
                 width=_r(max(length, 1.0 if value else 0.0)),
@@ -102,7 +99,6 @@ def bar_rows(
     return Chart(
         id=chart_id,
         title=title,
-        description=", ".join(f"{label}: {value}" for label, value in data) or "no data",
         kind="rows",
         width=width,
         height=height,
@@ -135,7 +131,7 @@ def columns(
                 label=label,
                 short=label if index % every == 0 else "",
                 value=value,
-                shown=human(value) if value else "",
+                shown=compact_number(value) if value else "",
                 x=_r(x + slot * 0.15),
                 y=_r(top_margin + plot - tall),
                 width=_r(slot * 0.7),
@@ -150,7 +146,6 @@ def columns(
     return Chart(
         id=chart_id,
         title=title,
-        description=", ".join(f"{label}: {value}" for label, value in data) or "no data",
         kind="columns",
         width=width,
         height=height,
