@@ -28,8 +28,6 @@ from app.domain.dashboard.agent_views import agents_view
 from app.domain.dashboard.common import (
     AdminRequest,
     DashboardController,
-    admin_page,
-    db_config_of,
     notice,
     notify,
     text,
@@ -45,10 +43,9 @@ LEAST_LOADED = "least-loaded"
 class AgentPages(DashboardController):
     @get("/agents")
     async def agents_page(self, admin: AdminRequest, agents: Agents) -> Template:
-        view = await agents_view(db_config_of(admin.request), agents.offline_seconds)
-        return admin_page(
+        view = await agents_view(admin.db_config, agents.offline_seconds)
+        return admin.page(
             "dashboard/agents.html",
-            admin.user,
             "agents",
             view=view,
             values={},
@@ -119,7 +116,7 @@ class AgentPages(DashboardController):
                 else:
                     headers = notify(f"Deploying {row.model_id}.", "success", "agents-changed")
                     values = {"model_id": "", "agent_id": chosen}
-        view = await agents_view(db_config_of(admin.request), agents.offline_seconds)
+        view = await agents_view(admin.db_config, agents.offline_seconds)
         return admin.form_fragment(
             DEPLOY_TEMPLATE, headers=headers, view=view, values=values, errors=errors
         )

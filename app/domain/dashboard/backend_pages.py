@@ -26,9 +26,7 @@ from app.domain.dashboard.common import (
     ADMIN,
     AdminRequest,
     DashboardController,
-    admin_page,
     checked,
-    fragment,
     items,
     notice,
     notify,
@@ -146,19 +144,17 @@ class BackendPages(DashboardController):
     dependencies = {**ADMIN, "pool": Provide(_views)}
 
     @get("/backends")
-    async def backends_page(self, web_admin: WebUser, pool: list[BackendView]) -> Template:
-        return admin_page(
+    async def backends_page(self, admin: AdminRequest, pool: list[BackendView]) -> Template:
+        return admin.page(
             "dashboard/backends.html",
-            web_admin,
             "backends",
             backends=pool,
             **_form_context("external", {}, {}),
         )
 
     @get("/backend-rows")
-    async def backend_rows(self, web_admin: WebUser, pool: list[BackendView]) -> Template:
-        template = "dashboard/partials/backend_rows.html"
-        return fragment(template, web_admin, backends=pool)
+    async def backend_rows(self, admin: AdminRequest, pool: list[BackendView]) -> Template:
+        return admin.fragment("dashboard/partials/backend_rows.html", backends=pool)
 
     @get("/backend-form")
     async def backend_form(self, admin: AdminRequest, type: str = "external") -> Template:
@@ -191,10 +187,10 @@ class BackendPages(DashboardController):
 
     @get("/backends/{name:str}/edit")
     async def edit_backend_form(
-        self, name: str, web_admin: WebUser, backend_configs_service: BackendConfigService
+        self, name: str, admin: AdminRequest, backend_configs_service: BackendConfigService
     ) -> Template:
         row = await backend_configs_service.require(name)
-        return fragment(FORM_TEMPLATE, web_admin, **_edit_context(row, {}, {}))
+        return admin.fragment(FORM_TEMPLATE, **_edit_context(row, {}, {}))
 
     @post("/backends/{name:str}", status_code=200)
     async def update_backend(
@@ -242,7 +238,7 @@ class BackendPages(DashboardController):
     async def probe_backend(
         self,
         name: str,
-        web_admin: WebUser,
+        admin: AdminRequest,
         backend_configs_service: BackendConfigService,
         backend_registry: BackendRegistry,
         health_checker: HealthChecker,
@@ -259,7 +255,7 @@ class BackendPages(DashboardController):
             )
             level = "success" if health.healthy else "error"
         view = await backend_view(row, backend_registry, vllm_metrics)
-        return fragment(ROW_TEMPLATE, web_admin, headers=notify(message, level), b=view)
+        return admin.fragment(ROW_TEMPLATE, headers=notify(message, level), b=view)
 
 
 def _edit_context(
@@ -281,11 +277,10 @@ class AliasPages(DashboardController):
     path = "/admin/aliases"
 
     @get("/")
-    async def aliases_page(self, web_admin: WebUser, aliases_service: AliasService) -> Template:
+    async def aliases_page(self, admin: AdminRequest, aliases_service: AliasService) -> Template:
         rows, total = await aliases_service.page(ALIAS_PAGE, 0)
-        return admin_page(
+        return admin.page(
             "dashboard/aliases.html",
-            web_admin,
             "aliases",
             aliases=rows,
             total=total,

@@ -54,6 +54,13 @@ class AdminRequest:
     def htmx(self) -> bool:
         return is_htmx(self.request)
 
+    @property
+    def db_config(self) -> SQLAlchemyAsyncConfig:
+        return db_config_of(self.request)
+
+    def page(self, template: str, section: str, **context: Any) -> Template:
+        return admin_page(template, self.user, section, **context)
+
     async def form(self) -> FormMultiDict:
         return await self.request.form()
 

@@ -13,8 +13,6 @@ from app.domain.conversations.pins import FallbackPinService, pin_not_found
 from app.domain.dashboard.common import (
     AdminRequest,
     DashboardController,
-    admin_page,
-    db_config_of,
     notice,
     notify,
     text,
@@ -30,10 +28,9 @@ class FailoverPages(DashboardController):
         self, admin: AdminRequest, failover_control: FailoverControl, profile_table: ProfileTable
     ) -> Template:
         enabled, statuses = status_views(failover_control, profile_table)
-        pins, total = await pin_views(db_config_of(admin.request))
-        return admin_page(
+        pins, total = await pin_views(admin.db_config)
+        return admin.page(
             "dashboard/failover.html",
-            admin.user,
             "failover",
             enabled=enabled,
             statuses=statuses,
