@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.domain.console.charts import bar_chart, column_chart, compact_number, nice_ceiling
+from app.domain.console.charts import bar_chart, column_chart, nice_ceiling
 from app.domain.usage.entry import UsageEntry
 from app.domain.usage.writer import UsageWriter
+from app.domain.web.charts import compact_number
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.lib.passwords import PasswordHasher
