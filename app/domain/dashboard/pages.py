@@ -1,7 +1,8 @@
 """The dashboard's entry points: the overview at ``/admin``, the live pages' SSE
 streams, and ``DASHBOARD_ROUTES`` (every dashboard controller, for ``create_app``).
 
-Every page, fragment and stream takes ``web_admin``: not logged in is a redirect to
+Every page, fragment and stream takes ``web_admin`` (itself, or through ``admin``, the
+``AdminRequest`` built on it): not logged in is a redirect to
 the login page, a user who is not a platform admin gets 403 (both rendered by
 ``app.server.errors`` for pages). Unsafe methods pass ``csrf_guard``.
 
