@@ -17,18 +17,17 @@ import msgspec
 
 from app.lib.http import UpstreamHttp, UpstreamLimits, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
+from app.routing.backends.chunks import DONE_FRAME, chunk_frame, completion_id, usage_json
 from app.routing.backends.failures import invalid_json, malformed
 from app.routing.backends.ollama_translate import (
     OllamaChat,
     OllamaEmbed,
     chat_completion,
     chat_request,
-    completion_id,
     embed_request,
     embeddings_list,
     finish_reason,
     openai_tool_calls,
-    usage_json,
     wants_base64,
 )
 from app.routing.backends.transport import JSON_HEADERS, fetch, open_response, probe_get
@@ -45,7 +44,6 @@ from app.routing.types import (
 )
 from app.routing.urls import plain_endpoint
 
-DONE_FRAME = b"data: [DONE]\n\n"
 STREAM_HEADERS = frozen_headers({**JSON_HEADERS, "Accept": "application/x-ndjson"})
 
 
@@ -194,15 +192,7 @@ class OllamaChatStream(UpstreamChatStream):
         frames.append(DONE_FRAME)
 
     def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        chunk: dict[str, Any] = {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self._created,
-            "model": self._model,
-            "choices": choices,
-            **extra,
-        }
-        return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
+        return chunk_frame(self._id, self._model, self._created, choices, **extra)
 
 
 def tag_names(body: bytes) -> tuple[str, ...]:

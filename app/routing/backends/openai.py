@@ -41,7 +41,6 @@ from app.routing.urls import openai_endpoint
 TRUE = msgspec.Raw(b"true")
 FALSE = msgspec.Raw(b"false")
 INCLUDE_USAGE = msgspec.Raw(b'{"include_usage":true}')
-DONE_FRAME = b"data: [DONE]\n\n"
 NO_LISTING_REASON = "no model listing (404); static models only"
 SSE_FIELDS = (b":", b"event:", b"id:", b"retry:")
 """What a non-data SSE line may start with (a comment or another field)."""
