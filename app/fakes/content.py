@@ -39,6 +39,12 @@ def count_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def prompt_tokens(messages: list[Any]) -> int:
+    """The fakes' prompt count of a chat's ``messages`` (the same whichever API the
+    fake speaks, so a test can compare what two kinds of backend metered)."""
+    return sum(count_tokens(text_of(m.get("content"))) for m in messages if isinstance(m, dict))
+
+
 def fake_vector(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
     """A deterministic unit-range vector derived from the text's hash."""
     digest = b""

@@ -234,8 +234,7 @@ class FakeMinimax:
         prompt = body.get("prompt")
         markers = self.control.next_markers.pop(0) if self.control.next_markers else ""
         script = script_of(f"{markers} {prompt or ''}", self.control.processing_polls)
-        if script.create is not None and script.create.fires():
-            await self._fault_answer(send, script.create)
+        if await self._scripted_fault(send, script.create):
             return
         problem = self._invalid(body)
         if problem is not None:
@@ -269,13 +268,11 @@ class FakeMinimax:
     async def _query(self, call: _Call) -> None:
         send = call.send
         self.stats.polls += 1
-        task_id = call.query.get("task_id", "")
-        task = await self._lookup(send, self.control.poll_error, self.tasks, task_id, "task")
+        task = await self._lookup(call, self.control.poll_error, self.tasks, "task_id", "task")
         if task is None:
             return
         task.polls += 1
-        if task.script.poll is not None and task.script.poll.fires():
-            await self._fault_answer(send, task.script.poll)
+        if await self._scripted_fault(send, task.script.poll):
             return
         status = task.status()
         answer: dict[str, Any] = {"task_id": task.task_id, "status": status, "file_id": ""}
@@ -288,12 +285,10 @@ class FakeMinimax:
     async def _retrieve(self, call: _Call) -> None:
         send = call.send
         self.stats.retrieves += 1
-        file_id = call.query.get("file_id", "")
-        task = await self._lookup(send, self.control.retrieve_error, self._files, file_id, "file")
+        task = await self._lookup(call, self.control.retrieve_error, self._files, "file_id", "file")
         if task is None:
             return
-        if task.script.retrieve is not None and task.script.retrieve.fires():
-            await self._fault_answer(send, task.script.retrieve)
+        if await self._scripted_fault(send, task.script.retrieve):
             return
         file = {
             "file_id": task.file_id,
@@ -306,14 +301,16 @@ class FakeMinimax:
         await send_json(send, 200, _resp({"file": file}))
 
     async def _lookup(
-        self, send: Send, error: int | None, table: dict[str, FakeTask], key: str, what: str
+        self, call: _Call, error: int | None, table: dict[str, FakeTask], param: str, what: str
     ) -> FakeTask | None:
-        """The task ``key`` names, or None once answered with the switched-on ``error``
-        or with MiniMax's "not found" (code 2013 under a 200, as the real API does)."""
+        """The task the query's ``param`` names, or None once answered with the
+        switched-on ``error`` or with MiniMax's "not found" (code 2013 under a 200, as
+        the real API does)."""
+        send = call.send
         if error is not None:
             await self._fault_answer(send, Fault("error", error))
             return None
-        task = table.get(key)
+        task = table.get(call.query.get(param, ""))
         if task is None:
             await send_json(send, 200, _resp({}, 2013, f"invalid params, {what} not found"))
         return task
@@ -324,6 +321,14 @@ class FakeMinimax:
             return
         self.stats.downloads += 1
         await send_bytes(send, 200, VIDEO_BYTES, ((b"content-type", b"video/mp4"),))
+
+    async def _scripted_fault(self, send: Send, fault: Fault | None) -> bool:
+        """Answer with the prompt's scripted ``fault`` for this step if it fires now;
+        True when it did (the step is then answered)."""
+        if fault is None or not fault.fires():
+            return False
+        await self._fault_answer(send, fault)
+        return True
 
     async def _fault_answer(self, send: Send, fault: Fault) -> None:
         self.stats.faults += 1

@@ -21,6 +21,7 @@ from app.fakes.content import (
     dimensions_of,
     embedding_inputs,
     fake_vector,
+    prompt_tokens,
     split_pieces,
     text_of,
 )
@@ -98,9 +99,7 @@ class FakeOllama(FakeUpstream):
         tool_calls = _tool_calls(body.get("tools"), messages)
         if tool_calls:
             pieces = []
-        prompt = sum(
-            count_tokens(text_of(m.get("content"))) for m in messages if isinstance(m, dict)
-        )
+        prompt = prompt_tokens(messages)
         final: dict[str, Any] = {
             "model": model,
             "created_at": CREATED_AT,

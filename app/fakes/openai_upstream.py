@@ -23,8 +23,8 @@ from app.fakes.content import (
     dimensions_of,
     embedding_inputs,
     fake_vector,
+    prompt_tokens,
     split_pieces,
-    text_of,
 )
 
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -80,9 +80,7 @@ class FakeOpenAI(FakeUpstream):
         completion_id = f"chatcmpl-fake-{self._completion_id}"
         model = str(body.get("model", ""))
         pieces = split_pieces(self.reply_text(), self.control.chunks)
-        prompt = sum(
-            count_tokens(text_of(m.get("content"))) for m in messages if isinstance(m, dict)
-        )
+        prompt = prompt_tokens(messages)
         usage = {
             "prompt_tokens": prompt,
             "completion_tokens": len(pieces),

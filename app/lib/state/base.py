@@ -83,6 +83,12 @@ def check_windows(windows: Sequence[WindowLimit], amount: int) -> None:
         keys.add(window.key)
 
 
+def check_max_samples(max_samples: int) -> None:
+    """The argument check both implementations make before ``push_sample``."""
+    if max_samples < 1:
+        raise ValueError(f"max_samples must be at least 1, got {max_samples}")
+
+
 @runtime_checkable
 class StateStore(Protocol):
     async def get(self, key: str) -> bytes | None: ...

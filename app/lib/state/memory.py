@@ -18,6 +18,7 @@ from app.lib.state.base import (
     WindowCount,
     WindowDecision,
     WindowLimit,
+    check_max_samples,
     check_windows,
 )
 
@@ -174,8 +175,7 @@ class MemoryStateStore:
         return MultiWindowDecision(True, tuple(admitted))
 
     async def push_sample(self, key: str, value: float, max_samples: int) -> None:
-        if max_samples < 1:
-            raise ValueError(f"max_samples must be at least 1, got {max_samples}")
+        check_max_samples(max_samples)
         now = self._write_clock()
         entry = self._live(key, now)
         if entry is None:

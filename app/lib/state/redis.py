@@ -20,6 +20,7 @@ from app.lib.state.base import (
     WindowCount,
     WindowDecision,
     WindowLimit,
+    check_max_samples,
     check_windows,
 )
 
@@ -219,8 +220,7 @@ class RedisStateStore:
         return MultiWindowDecision(bool(reply[0]), counts)
 
     async def push_sample(self, key: str, value: float, max_samples: int) -> None:
-        if max_samples < 1:
-            raise ValueError(f"max_samples must be at least 1, got {max_samples}")
+        check_max_samples(max_samples)
         k = self._key(key)
         # MULTI/EXEC: no reader ever sees the list above its bound.
         async with self._client.pipeline(transaction=True) as pipe:

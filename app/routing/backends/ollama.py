@@ -17,23 +17,22 @@ import msgspec
 
 from app.lib.http import UpstreamHttp, UpstreamLimits, frozen_headers
 from app.routing.backends.base import Backend, ChatStream
+from app.routing.backends.chunks import DONE_FRAME, chunk_frame, completion_id, usage_json
 from app.routing.backends.failures import invalid_json, malformed
 from app.routing.backends.ollama_translate import (
     OllamaChat,
     OllamaEmbed,
     chat_completion,
     chat_request,
-    completion_id,
     embed_request,
     embeddings_list,
     finish_reason,
     openai_tool_calls,
-    usage_json,
     wants_base64,
 )
 from app.routing.backends.transport import JSON_HEADERS, fetch, open_response, probe_get
 from app.routing.backends.upstream_stream import UpstreamChatStream
-from app.routing.errors import UpstreamError
+from app.routing.errors import StreamInterruptedError, UpstreamError
 from app.routing.types import (
     BackendSpec,
     Capability,
@@ -45,7 +44,6 @@ from app.routing.types import (
 )
 from app.routing.urls import plain_endpoint
 
-DONE_FRAME = b"data: [DONE]\n\n"
 STREAM_HEADERS = frozen_headers({**JSON_HEADERS, "Accept": "application/x-ndjson"})
 
 
@@ -129,7 +127,6 @@ class OllamaChatStream(UpstreamChatStream):
         self._include_usage = include_usage
         self._id = completion_id()
         self._created = int(time.time())
-        self._tail = b""
         self._started = False
         self._tool_index = 0
         self._ended = False
@@ -144,19 +141,17 @@ class OllamaChatStream(UpstreamChatStream):
             raise self.interrupted("the upstream ended the stream before its last line")
         return out
 
+    def line_too_long(self) -> StreamInterruptedError:
+        # Ollama's own wording, kept as clients have seen it.
+        return self.interrupted(f"the upstream sent a line longer than {self.max_line_bytes} bytes")
+
     def _translate(self, chunk: bytes) -> bytes:
-        data = self._tail + chunk if self._tail else chunk
-        cut = data.rfind(b"\n") + 1
-        self._tail = data[cut:]
-        limit = self.max_line_bytes
-        if len(self._tail) > limit:
-            raise self.interrupted(f"the upstream sent a line longer than {limit} bytes")
         frames: list[bytes] = []
-        for line in data[:cut].split(b"\n"):
+        for line in self.whole_lines(chunk).split(b"\n"):
             if self._ended or not line.strip():
                 continue
-            if len(line) > limit:
-                raise self.interrupted(f"the upstream sent a line longer than {limit} bytes")
+            if len(line) > self.max_line_bytes:
+                raise self.line_too_long()
             try:
                 answer = msgspec.json.decode(line, type=OllamaChat)
             except (msgspec.DecodeError, msgspec.ValidationError):
@@ -194,15 +189,7 @@ class OllamaChatStream(UpstreamChatStream):
         frames.append(DONE_FRAME)
 
     def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        chunk: dict[str, Any] = {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self._created,
-            "model": self._model,
-            "choices": choices,
-            **extra,
-        }
-        return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
+        return chunk_frame(self._id, self._model, self._created, choices, **extra)
 
 
 def tag_names(body: bytes) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from app.routing.backends.chunks import completion_id, usage_json
 from app.routing.types import RawBody, Usage, decode_field, decode_messages
 
 # OpenAI sampling parameter -> Ollama ``options`` key.
@@ -196,18 +197,6 @@ def finish_reason(answer: OllamaChat, saw_tool_calls: bool) -> str:
     if saw_tool_calls:
         return "tool_calls"
     return "length" if answer.done_reason == "length" else "stop"
-
-
-def completion_id() -> str:
-    return f"chatcmpl-{secrets.token_hex(12)}"
-
-
-def usage_json(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
 
 
 def chat_completion(answer: OllamaChat, model: str, created: int) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from app.routing.backends.transport import (
     probe_get,
 )
 from app.routing.backends.upstream_stream import UpstreamChatStream
-from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, StreamInterruptedError, UpstreamError
+from app.routing.errors import MAX_UPSTREAM_DETAIL_BYTES, UpstreamError
 from app.routing.types import (
     AuthScheme,
     BackendSpec,
@@ -35,13 +35,13 @@ from app.routing.types import (
     EmbeddingResult,
     ProbeResult,
     UpstreamCall,
+    Usage,
 )
 from app.routing.urls import openai_endpoint
 
 TRUE = msgspec.Raw(b"true")
 FALSE = msgspec.Raw(b"false")
 INCLUDE_USAGE = msgspec.Raw(b'{"include_usage":true}')
-DONE_FRAME = b"data: [DONE]\n\n"
 NO_LISTING_REASON = "no model listing (404); static models only"
 SSE_FIELDS = (b":", b"event:", b"id:", b"retry:")
 """What a non-data SSE line may start with (a comment or another field)."""
@@ -60,6 +60,9 @@ class _UpstreamReply(msgspec.Struct):
     error: Any = None
     object: str | None = None
     message: str | None = None
+
+    def reported_usage(self) -> Usage | None:
+        return self.usage.to_usage() if self.usage is not None else None
 
 
 class _Message(msgspec.Struct):
@@ -137,14 +140,21 @@ class OpenAICompatibleBackend(Backend):
             return ProbeResult(False, f"status {outcome.status}")
         return ProbeResult(True, "ok", discovered_models(outcome.body))
 
+    async def _post(
+        self, url: str, body: bytes, call: UpstreamCall, shape: type[R]
+    ) -> tuple[int, bytes, R]:
+        """A non-streaming call: the status, the answer's bytes (relayed as they came)
+        and the answer checked as ``shape``."""
+        status, content = await fetch(self._http, url, body, self._headers(call, stream=False))
+        return status, content, _checked(content, status, shape)
+
     async def chat(self, call: UpstreamCall) -> ChatResult:
-        body = encode_body(call, stream=False)
-        headers = self._headers(call, stream=False)
-        status, content = await fetch(self._http, self._chat_url, body, headers)
-        reply = _checked(content, status, _Completion)
+        status, content, reply = await self._post(
+            self._chat_url, encode_body(call, stream=False), call, _Completion
+        )
         if reply.choices is None:
             raise malformed(status, "a chat completion without choices")
-        usage = reply.usage.to_usage() if reply.usage is not None else None
+        usage = reply.reported_usage()
         chars = 0 if usage is not None else _completion_chars(reply.choices)
         return ChatResult(content=content, usage=usage, completion_text_chars=chars)
 
@@ -169,14 +179,12 @@ class OpenAICompatibleBackend(Backend):
         return OpenAIChatStream(response, self._http.limits, include_usage=call.include_usage)
 
     async def embed(self, call: UpstreamCall) -> EmbeddingResult:
-        body = encode_body(call, stream=None)
-        headers = self._headers(call, stream=False)
-        status, content = await fetch(self._http, self._embeddings_url, body, headers)
-        reply = _checked(content, status, _Embeddings)
+        status, content, reply = await self._post(
+            self._embeddings_url, encode_body(call, stream=None), call, _Embeddings
+        )
         if reply.data is None:
             raise malformed(status, "an embeddings answer without data")
-        usage = reply.usage.to_usage() if reply.usage is not None else None
-        return EmbeddingResult(content=content, usage=usage)
+        return EmbeddingResult(content=content, usage=reply.reported_usage())
 
 
 class OpenAIChatStream(UpstreamChatStream):
@@ -198,7 +206,6 @@ class OpenAIChatStream(UpstreamChatStream):
         super().__init__(response, limits)
         self._include_usage = include_usage
         self.count_text = True
-        self._tail = b""
         self._saw_done = False
         self._drop_blank = False
 
@@ -215,18 +222,9 @@ class OpenAIChatStream(UpstreamChatStream):
         return out
 
     def _relay(self, chunk: bytes) -> bytes:
-        data = self._tail + chunk if self._tail else chunk
-        cut = data.rfind(b"\n") + 1
-        if cut < len(data):
-            tail = data[cut:]
-            if len(tail) > self.max_line_bytes:
-                raise self._line_too_long()
-            self._tail = tail
-            if cut == 0:
-                return b""
-            data = data[:cut]
-        else:
-            self._tail = b""
+        data = self.whole_lines(chunk)
+        if not data:
+            return b""
         if self.count_text and self.usage is None:
             self.completion_text_chars += _content_chars(data)
         return self._checked(data)
@@ -238,7 +236,7 @@ class OpenAIChatStream(UpstreamChatStream):
         drop: list[int] = []
         for at, line in enumerate(lines[:-1]):  # ``data`` ends with a newline
             if len(line) > self.max_line_bytes:
-                raise self._line_too_long()
+                raise self.line_too_long()
             if not line or line == b"\r":
                 if self._drop_blank:
                     drop.append(at)  # the dropped event's blank line
@@ -255,10 +253,6 @@ class OpenAIChatStream(UpstreamChatStream):
             return data
         return b"".join(line + b"\n" for at, line in enumerate(lines[:-1]) if at not in drop)
 
-    def _line_too_long(self) -> StreamInterruptedError:
-        limit = self.max_line_bytes
-        return self.interrupted(f"the upstream sent a line longer than the {limit}-byte limit")
-
     def _data_line(self, payload: bytes) -> bool:
         """Check one ``data:`` payload and take its usage; True to drop it (the usage-only
         chunk the client did not ask for)."""
@@ -274,7 +268,7 @@ class OpenAIChatStream(UpstreamChatStream):
             raise self.interrupted("the upstream sent a frame that is not JSON") from None
         if chunk.error is not None or chunk.object == "error":
             raise self.interrupted(f"upstream error: {_error_message(chunk)}")
-        usage = chunk.usage.to_usage() if chunk.usage is not None else None
+        usage = chunk.reported_usage()
         if chunk.choices is None and usage is None:
             raise self.interrupted("the upstream sent a chunk without choices")
         if usage is None:

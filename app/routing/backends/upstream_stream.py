@@ -42,6 +42,8 @@ class UpstreamChatStream(ChatStream):
         self._idle_seconds = limits.stream_idle_seconds
         self.max_line_bytes = limits.max_event_bytes
         """The longest line (SSE or NDJSON) the subclass accepts before failing."""
+        self._tail = b""
+        """The partial last line of the reads so far, waiting for its end."""
 
     def __aiter__(self) -> UpstreamChatStream:
         return self
@@ -49,6 +51,22 @@ class UpstreamChatStream(ChatStream):
     def interrupted(self, reason: str) -> StreamInterruptedError:
         """The failure of this stream for ``reason``, carrying the status it began with."""
         return StreamInterruptedError(reason, status=self._status)
+
+    def whole_lines(self, chunk: bytes) -> bytes:
+        """The complete lines this read finishes, each ending in a newline (b"" for none
+        yet). Both wire formats are line-based and reads cut them anywhere, so a partial
+        last line waits in ``_tail`` for the rest, bounded by ``max_line_bytes``."""
+        data = self._tail + chunk if self._tail else chunk
+        cut = data.rfind(b"\n") + 1
+        tail = data[cut:]
+        if len(tail) > self.max_line_bytes:
+            raise self.line_too_long()
+        self._tail = tail
+        return data[:cut]
+
+    def line_too_long(self) -> StreamInterruptedError:
+        limit = self.max_line_bytes
+        return self.interrupted(f"the upstream sent a line longer than the {limit}-byte limit")
 
     async def __anext__(self) -> bytes:
         while not self._finished:

@@ -41,6 +41,7 @@ from app.lib.http import (
     READ_TIMEOUT_SECONDS,
 )
 from app.routing.backends.base import Backend, ChatStream
+from app.routing.backends.chunks import completion_id
 from app.routing.backends.engine.connection import DEFAULT_STREAM_BUFFER, EngineConnection
 from app.routing.backends.engine.protocol import (
     PROTOCOL_VERSIONS,
@@ -55,12 +56,7 @@ from app.routing.backends.engine.protocol import (
     handshake_params,
     text_of,
 )
-from app.routing.backends.engine.streams import (
-    EngineChatStream,
-    StreamInbox,
-    WholeReplyStream,
-    completion_id,
-)
+from app.routing.backends.engine.streams import EngineChatStream, StreamInbox, WholeReplyStream
 from app.routing.errors import UpstreamError
 from app.routing.types import (
     BackendSpec,

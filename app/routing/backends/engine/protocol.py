@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from app.lib.errors import BadRequestError
+from app.routing.backends.chunks import usage_json
 from app.routing.errors import UpstreamError, bounded_text
 from app.routing.types import RawBody, Usage, decode_field, decode_messages
 
@@ -320,14 +321,6 @@ def rpc_error(error: RpcErrorObject) -> UpstreamError:
     )
 
 
-def usage_json(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-
-
 def chat_completion(
     completion_id: str, model: str, created: int, text: str, usage: Usage | None
 ) -> dict[str, Any]:
@@ -348,20 +341,6 @@ def chat_completion(
     if usage is not None:
         completion["usage"] = usage_json(usage)
     return completion
-
-
-def chunk_frame(
-    completion_id: str, model: str, created: int, choices: list[dict[str, Any]], **extra: Any
-) -> bytes:
-    chunk: dict[str, Any] = {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": choices,
-        **extra,
-    }
-    return b"data: " + msgspec.json.encode(chunk) + b"\n\n"
 
 
 def embeddings_list(reply: EmbeddingsReply, model: str, *, as_base64: bool) -> dict[str, Any]:

@@ -4,23 +4,15 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from app.routing.backends.base import ChatStream
-from app.routing.backends.engine.protocol import (
-    ChatChunk,
-    ChatReply,
-    chunk_frame,
-    text_of,
-    usage_json,
-)
+from app.routing.backends.chunks import DONE_FRAME, chunk_frame, completion_id, usage_json
+from app.routing.backends.engine.protocol import ChatChunk, ChatReply, text_of
 from app.routing.errors import StreamInterruptedError
-
-DONE_FRAME = b"data: [DONE]\n\n"
 
 
 class StreamInbox:
@@ -186,7 +178,3 @@ class WholeReplyStream(ChatStream):
 
     async def aclose(self) -> None:
         self._frames = None
-
-
-def completion_id() -> str:
-    return f"chatcmpl-{secrets.token_hex(12)}"
