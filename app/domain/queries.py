@@ -1,0 +1,48 @@
+"""The two project-scoped statements many services issue the same way: one page of a
+table's rows with the exact number of rows matching, and the delete of one row that
+says whether there was one.
+
+The count is its own query (not a window function over the page), so ``total`` stays
+right on a page past the end, where the page itself has no row to carry it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, delete, func, select
+
+from app.domain.races import Session
+
+M = TypeVar("M")
+
+
+async def count_and_page(
+    session: Session,
+    model: type[M],
+    where: Iterable[ColumnElement[bool]],
+    order_by: Iterable[Any],
+    limit: int,
+    offset: int,
+) -> tuple[Sequence[M], int]:
+    """The rows of ``model`` matching every clause of ``where``, in ``order_by`` order
+    (stable: end it with a unique column), one page of them, and how many match."""
+    clauses = list(where)
+    total = await session.scalar(select(func.count()).select_from(model).where(*clauses))
+    rows = await session.scalars(
+        select(model).where(*clauses).order_by(*order_by).limit(limit).offset(offset)
+    )
+    return rows.all(), int(total or 0)
+
+
+async def delete_one(session: Session, model: Any, *where: ColumnElement[bool]) -> bool:
+    """Delete the row of ``model`` matching ``where``; whether there was one. Committed
+    when there was; otherwise rolled back, for the caller to raise its 404 on a clean
+    session. A key that refuses the delete raises from the commit, as it would inline."""
+    deleted = await session.scalar(delete(model).where(*where).returning(model.id))
+    if deleted is None:
+        await session.rollback()
+        return False
+    await session.commit()
+    return True
