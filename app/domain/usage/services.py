@@ -32,6 +32,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from app.db.models import UsageRecord
 from app.domain.queries import count_and_page
+from app.domain.usage.schemas import UsageGroupOut
 from app.lib.errors import BadRequestError
 
 GroupBy = Literal["day", "model"]
@@ -209,15 +210,9 @@ def _utc_day_default(element: utc_day, compiler: SQLCompiler, **kw: Any) -> str:
     return f"CAST({column} AS DATE)"
 
 
-@dataclass(frozen=True, slots=True)
-class Aggregate:
-    key: str
-    requests: int
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    errors: int
-    cost: float
+Aggregate = UsageGroupOut
+"""The sums of a group of records under its key, as the usage summary shows them (the
+dashboard labels the same ones): one shape, so the API takes the groups as they are."""
 
 
 def usage_sums() -> list[Any]:
