@@ -30,7 +30,6 @@ from app.domain.runtime.schemas import RuntimeChatRequest
 from app.domain.runtime.streaming import RuntimeStreamSteps
 from app.domain.runtime.transcript import completion_message
 from app.domain.usage.entry import UsageSink
-from app.lib.errors import AronaError
 from app.routing.failover import FailoverPolicy
 from app.routing.profiles import ProfileTable
 from app.routing.relay import RelayedStream
@@ -99,17 +98,13 @@ class RuntimeChatService:
 
     async def _complete(self, prepared: PreparedChat) -> ChatReply:
         record = prepared.call_record()
-        try:
+        async with self._meter.failures(record):
             result = await self._routing.chat(
                 prepared.profile.base_model,
                 prepared.body,
                 self._hints(prepared),
                 target=prepared.admission.target,
             )
-        except AronaError as exc:
-            record.failed(exc)
-            await self._meter.record(record)
-            raise
         record.served(result)
         # No latency sample: a complete answer's latency includes the whole generation,
         # which the profile's time-to-first-token threshold does not describe.
@@ -132,7 +127,7 @@ class RuntimeChatService:
 
     async def _open_stream(self, prepared: PreparedChat) -> ChatReply:
         record = prepared.call_record()
-        try:
+        async with self._meter.failures(record):
             relay = await self._routing.open_chat_stream(
                 prepared.profile.base_model,
                 prepared.body,
@@ -140,10 +135,6 @@ class RuntimeChatService:
                 include_usage=True,
                 target=prepared.admission.target,
             )
-        except AronaError as exc:
-            record.failed(exc)
-            await self._meter.record(record)
-            raise
         try:
             # Stored once an upstream took the call: a refused call leaves no orphan
             # user turn behind for the runtime's retry to duplicate.

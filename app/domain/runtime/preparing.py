@@ -28,7 +28,6 @@ from app.domain.runtime.conversation_store import ChatHistory, ConversationStore
 from app.domain.runtime.prepared import ENDPOINT, Failover, PreparedChat, custom_profile
 from app.domain.runtime.schemas import RuntimeChatRequest
 from app.domain.runtime.upstream_body import check_capabilities, upstream_body
-from app.lib.errors import AronaError
 from app.routing.failover import Availability, FailoverPolicy
 from app.routing.profiles import Profile, ProfileTable
 from app.routing.router import Router
@@ -70,14 +69,10 @@ class ChatPreparer:
             streamed=request.stream,
             conversation_id=str(request.conversation_id),
         )
-        try:
+        # A refused call is metered too (a 429 counts against nobody's quota but shows
+        # in the project's usage, as on /v1).
+        async with self._meter.failures(refused):
             return await self._prepare(project_id, request, turns, started, refused)
-        except AronaError as exc:
-            # A refused call is metered too (a 429 counts against nobody's quota but
-            # shows in the project's usage, as on /v1).
-            refused.failed(exc)
-            await self._meter.record(refused)
-            raise
 
     async def _prepare(
         self,
