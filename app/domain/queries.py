@@ -1,6 +1,7 @@
-"""The two project-scoped statements many services issue the same way: one page of a
-table's rows with the exact number of rows matching, and the delete of one row that
-says whether there was one.
+"""The statements many services issue the same way: one page of a table's rows with
+the exact number of rows matching (``project_page``: of one project's rows, the
+tenancy filter written once), and the delete of one row that says whether there was
+one.
 
 The count is its own query (not a window function over the page), so ``total`` stays
 right on a page past the end, where the page itself has no row to carry it.
@@ -9,7 +10,8 @@ right on a page past the end, where the page itself has no row to carry it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+from uuid import UUID
 
 from sqlalchemy import ColumnElement, delete, func, select
 
@@ -34,6 +36,22 @@ async def count_and_page(
         select(model).where(*clauses).order_by(*order_by).limit(limit).offset(offset)
     )
     return rows.all(), int(total or 0)
+
+
+async def project_page(
+    session: Session,
+    model: type[M],
+    project_id: UUID,
+    order_by: Iterable[Any],
+    limit: int,
+    offset: int,
+    *where: ColumnElement[bool],
+) -> tuple[Sequence[M], int]:
+    """``count_and_page`` of the rows of ``model`` (a table with a ``project_id``) that
+    belong to ``project_id`` and match ``where``: another project's rows are never in
+    the page or the count."""
+    owned = cast(Any, model).project_id == project_id
+    return await count_and_page(session, model, [owned, *where], order_by, limit, offset)
 
 
 async def delete_one(session: Session, model: Any, *where: ColumnElement[bool]) -> bool:

@@ -33,7 +33,7 @@ from app.domain.custom_llms.templates import (
     Technical,
     locked_field,
 )
-from app.domain.queries import count_and_page
+from app.domain.queries import project_page
 from app.domain.races import commit_raced
 from app.domain.records import field_values
 from app.domain.secrets.aad import custom_llm_aad
@@ -108,14 +108,8 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
         self, project_id: UUID, limit: int, offset: int
     ) -> tuple[Sequence[CustomLlm], int]:
         """By name (unique in the project, so the order is stable)."""
-        return await count_and_page(
-            self.repository.session,
-            CustomLlm,
-            [CustomLlm.project_id == project_id],
-            [CustomLlm.name],
-            limit,
-            offset,
-        )
+        session = self.repository.session
+        return await project_page(session, CustomLlm, project_id, [CustomLlm.name], limit, offset)
 
     async def require(self, project_id: UUID, name: str) -> CustomLlm:
         """The project's custom LLM; another project's is a 404 like a missing one."""

@@ -34,7 +34,7 @@ from sqlalchemy import func, select
 from app.db.models import OverrideKey
 from app.domain.overrides.index import LoadedOverride
 from app.domain.overrides.schemas import OverrideCreate
-from app.domain.queries import count_and_page, delete_one
+from app.domain.queries import delete_one, project_page
 from app.domain.races import commit_raced
 from app.domain.secrets.aad import override_key_aad
 from app.lib.errors import BadRequestError, ConflictError, NotFoundError
@@ -142,12 +142,11 @@ class OverrideService(SQLAlchemyAsyncRepositoryService[OverrideKey]):
         self, project_id: UUID, limit: int, offset: int, *, conversation_id: str | None = None
     ) -> tuple[Sequence[OverrideKey], int]:
         """Newest first."""
-        where = [OverrideKey.project_id == project_id]
-        if conversation_id is not None:
-            where.append(OverrideKey.conversation_id == conversation_id)
+        where = [] if conversation_id is None else [OverrideKey.conversation_id == conversation_id]
         newest_first = [OverrideKey.created_at.desc(), OverrideKey.id.desc()]
-        return await count_and_page(
-            self.repository.session, OverrideKey, where, newest_first, limit, offset
+        session = self.repository.session
+        return await project_page(
+            session, OverrideKey, project_id, newest_first, limit, offset, *where
         )
 
     async def require(self, project_id: UUID, override_id: UUID) -> OverrideKey:

@@ -49,7 +49,7 @@ from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import select
 
 from app.db.models import CustomLlm, ProjectSecret
-from app.domain.queries import count_and_page, delete_one
+from app.domain.queries import delete_one, project_page
 from app.domain.races import RACED, commit_raced
 from app.domain.secrets.aad import secret_aad
 from app.domain.secrets.schemas import MAX_VALUE_BYTES, SecretUser
@@ -153,14 +153,9 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
         self, project_id: UUID, limit: int, offset: int
     ) -> tuple[Sequence[ProjectSecret], int]:
         """By name (unique in the project, so the order is stable)."""
-        return await count_and_page(
-            self.repository.session,
-            ProjectSecret,
-            [ProjectSecret.project_id == project_id],
-            [ProjectSecret.name, ProjectSecret.id],
-            limit,
-            offset,
-        )
+        by_name = [ProjectSecret.name, ProjectSecret.id]
+        session = self.repository.session
+        return await project_page(session, ProjectSecret, project_id, by_name, limit, offset)
 
     async def require(self, project_id: UUID, secret_id: UUID) -> ProjectSecret:
         """The project's secret; another project's is a 404 like a missing one."""
