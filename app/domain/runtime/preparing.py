@@ -82,13 +82,7 @@ class ChatPreparer:
         started: float,
         refused: CallRecord,
     ) -> PreparedChat:
-        choice = choose_profile(
-            self._profiles,
-            request.model_profile_id,
-            request.llm_id,
-            request.provider,
-            null_clears=False,
-        )
+        choice = choose_profile(self._profiles, request, null_clears=False)
         history = await self._conversations.load(project_id, request.conversation_id)
         requested = choice.profile_id or history.model_profile_id
         refused.model_requested = requested or refused.model_requested
