@@ -1,7 +1,7 @@
 """The statements many services issue the same way: one page of a table's rows with
 the exact number of rows matching (``project_page``: of one project's rows, the
 tenancy filter written once), and the delete of one row that says whether there was
-one.
+one (``delete_in_project``: of one project's).
 
 The count is its own query (not a window function over the page), so ``total`` stays
 right on a page past the end, where the page itself has no row to carry it.
@@ -64,3 +64,9 @@ async def delete_one(session: Session, model: Any, *where: ColumnElement[bool]) 
         return False
     await session.commit()
     return True
+
+
+async def delete_in_project(session: Session, model: Any, project_id: UUID, row_id: UUID) -> bool:
+    """``delete_one`` of the row ``row_id`` of ``model`` (a table with a ``project_id``)
+    if it belongs to ``project_id``: another project's row is left, like a missing one."""
+    return await delete_one(session, model, model.id == row_id, model.project_id == project_id)

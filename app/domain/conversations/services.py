@@ -75,7 +75,7 @@ from app.db.models import Conversation, ConversationMessage, FallbackPin
 from app.domain.conversations.messages import NewMessage, messages_from_openai, stored_message
 from app.domain.conversations.schemas import openai_message
 from app.domain.conversations.selection import ProfileChoice
-from app.domain.queries import delete_one
+from app.domain.queries import delete_in_project
 from app.lib.clock import utcnow
 from app.lib.errors import BadRequestError, NotFoundError
 
@@ -283,12 +283,8 @@ class ConversationService(SQLAlchemyAsyncRepositoryService[Conversation]):
 
     async def delete_conversation(self, project_id: UUID, conversation_id: UUID) -> None:
         """Its messages and pin go with it (ON DELETE CASCADE)."""
-        if not await delete_one(
-            self.repository.session,
-            Conversation,
-            Conversation.id == conversation_id,
-            Conversation.project_id == project_id,
-        ):
+        session = self.repository.session
+        if not await delete_in_project(session, Conversation, project_id, conversation_id):
             raise conversation_not_found()
 
     # --------------------------------------------------------- the runtime chat

@@ -34,7 +34,7 @@ from sqlalchemy import func, select
 from app.db.models import OverrideKey
 from app.domain.overrides.index import LoadedOverride
 from app.domain.overrides.schemas import OverrideCreate
-from app.domain.queries import delete_one, project_page
+from app.domain.queries import delete_in_project, project_page
 from app.domain.races import commit_raced
 from app.domain.secrets.aad import override_key_aad
 from app.lib.errors import BadRequestError, ConflictError, NotFoundError
@@ -161,12 +161,8 @@ class OverrideService(SQLAlchemyAsyncRepositoryService[OverrideKey]):
         return row
 
     async def delete_override(self, project_id: UUID, override_id: UUID) -> None:
-        if not await delete_one(
-            self.repository.session,
-            OverrideKey,
-            OverrideKey.id == override_id,
-            OverrideKey.project_id == project_id,
-        ):
+        session = self.repository.session
+        if not await delete_in_project(session, OverrideKey, project_id, override_id):
             raise override_not_found()
         await self.changes.changed(project_id)
 

@@ -49,7 +49,7 @@ from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import select
 
 from app.db.models import CustomLlm, ProjectSecret
-from app.domain.queries import delete_one, project_page
+from app.domain.queries import delete_in_project, project_page
 from app.domain.races import RACED, commit_raced
 from app.domain.secrets.aad import secret_aad
 from app.domain.secrets.schemas import MAX_VALUE_BYTES, SecretUser
@@ -219,12 +219,8 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
         await self._refuse_if_used(project_id, secret_id, name)
         session = self.repository.session
         try:
-            if not await delete_one(
-                session,
-                ProjectSecret,
-                ProjectSecret.id == secret_id,
-                ProjectSecret.project_id == project_id,
-            ):  # deleted meanwhile by another request
+            # Deleted meanwhile by another request: a 404 as if it had never been.
+            if not await delete_in_project(session, ProjectSecret, project_id, secret_id):
                 raise secret_not_found()
         except RACED as exc:
             # A custom LLM started to use it between the check and the delete: the
