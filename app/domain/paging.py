@@ -1,6 +1,6 @@
 """Pagination, in one place: the list envelope, the bounds of ``limit`` and ``offset``,
 the REST query parameters (and the ``Paging`` a list handler is given), the
-newest-first page filters, and the row mappers that fill the envelope.
+newest-first and ascending page filters, and the row mappers that fill the envelope.
 
 ``limit`` and ``offset`` are bounded alike everywhere (REST query parameters and
 JSON-RPC params share the numbers): a value out of range is a 400 naming the parameter,
@@ -51,6 +51,12 @@ def newest_first(limit: int, offset: int) -> tuple[OrderBy, OrderBy, LimitOffset
         OrderBy(field_name="id", sort_order="desc"),
         LimitOffset(limit=limit, offset=offset),
     )
+
+
+def ascending(field: str, limit: int, offset: int) -> tuple[OrderBy, LimitOffset]:
+    """Filters for a page in ``field``'s order, for a unique ``field`` (a name or an id),
+    which keeps the order stable."""
+    return OrderBy(field_name=field, sort_order="asc"), LimitOffset(limit=limit, offset=offset)
 
 
 def page_of(

@@ -21,7 +21,7 @@ from sqlalchemy import CursorResult, select, update
 from app.db.models import AgentDeployment, AgentNode
 from app.domain.agents import events
 from app.domain.agents.schemas import ACTIVE_STATUSES
-from app.domain.paging import newest_first
+from app.domain.paging import ascending, newest_first
 from app.domain.races import RACED
 from app.lib.agent_frames import Gpu, Heartbeat, Register, average_utilization
 from app.lib.clock import utcnow
@@ -99,9 +99,7 @@ class AgentNodeService(SQLAlchemyAsyncRepositoryService[AgentNode]):
         return created, token
 
     async def page(self, limit: int, offset: int) -> tuple[Sequence[AgentNode], int]:
-        return await self.get_many_and_count(
-            OrderBy(field_name="name", sort_order="asc"), LimitOffset(limit=limit, offset=offset)
-        )
+        return await self.get_many_and_count(*ascending("name", limit, offset))
 
     async def require(self, agent_id: UUID) -> AgentNode:
         row = await self.get_one_or_none(AgentNode.id == agent_id)

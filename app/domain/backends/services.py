@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from typing import Protocol
 from uuid import UUID, uuid4
 
-from advanced_alchemy.filters import LimitOffset, OrderBy
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 
 from app.db.models import BackendConfig, ModelAlias
 from app.domain.backends.schemas import ValidRegistration
+from app.domain.paging import ascending
 from app.domain.races import RACED, retry_raced
 from app.lib.errors import NotFoundError
 from app.lib.vault import Vault, VaultError, aad
@@ -80,10 +80,6 @@ def backend_not_found(name: str) -> NotFoundError:
     return NotFoundError(f"no backend is registered as {name!r}", code="backend_not_found")
 
 
-def by_name(field: str, limit: int, offset: int) -> tuple[OrderBy, LimitOffset]:
-    return OrderBy(field_name=field, sort_order="asc"), LimitOffset(limit=limit, offset=offset)
-
-
 class RoutingChanges(Protocol):
     """``RoutingConfigSync``: applies a change here and tells the other replicas."""
 
@@ -143,7 +139,7 @@ class BackendConfigService(SQLAlchemyAsyncRepositoryService[BackendConfig]):
         return row
 
     async def page(self, limit: int, offset: int) -> tuple[Sequence[BackendConfig], int]:
-        return await self.get_many_and_count(*by_name("name", limit, offset))
+        return await self.get_many_and_count(*ascending("name", limit, offset))
 
     async def delete_by_name(self, name: str) -> None:
         row = await self.require(name)
@@ -180,7 +176,7 @@ class AliasService(SQLAlchemyAsyncRepositoryService[ModelAlias]):
         return await self.update(row, auto_commit=True)
 
     async def page(self, limit: int, offset: int) -> tuple[Sequence[ModelAlias], int]:
-        return await self.get_many_and_count(*by_name("alias", limit, offset))
+        return await self.get_many_and_count(*ascending("alias", limit, offset))
 
     async def targets(self) -> dict[str, str]:
         return {row.alias: row.target for row in await self.get_many()}

@@ -10,6 +10,8 @@ job final (``usage_row``).
 from __future__ import annotations
 
 import datetime
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -123,3 +125,15 @@ class Meter:
             await self._sink.record(call.entry(latency_ms=latency_ms))
         except Exception as exc:  # metering must never fail the request it meters
             logger.error("could not record usage", error=repr(exc))
+
+    @asynccontextmanager
+    async def failures(self, call: CallRecord) -> AsyncIterator[None]:
+        """Around what can refuse or fail a call before it has an answer (admission,
+        the upstream call): an ``AronaError`` from it is the call's outcome, metered
+        like any other, and raised on for the surface to answer."""
+        try:
+            yield
+        except AronaError as exc:
+            call.failed(exc)
+            await self.record(call)
+            raise

@@ -65,9 +65,7 @@ class ConversationRoutes(Controller):
         profile_table: ProfileTable,
     ) -> ConversationOut:
         conversation_scope.require_write("create conversations")
-        profile = choose_profile(
-            profile_table, data.model_profile_id, data.llm_id, data.provider, null_clears=False
-        )
+        profile = choose_profile(profile_table, data, null_clears=False)
         messages = validate_messages(data.messages)
         conversation = await conversations_service.create_conversation(
             conversation_scope.project_id,
@@ -124,9 +122,7 @@ class ConversationRoutes(Controller):
         profile_table: ProfileTable,
     ) -> ConversationOut:
         conversation_scope.require_write("change conversations")
-        profile = choose_profile(
-            profile_table, data.model_profile_id, data.llm_id, data.provider, null_clears=True
-        )
+        profile = choose_profile(profile_table, data, null_clears=True)
         row = await conversations_service.update_conversation(
             conversation_scope.project_id,
             conversation_id,
@@ -147,9 +143,7 @@ class ConversationRoutes(Controller):
     ) -> ConversationOut:
         conversation_scope.require_write("fork conversations")
         body = data or ConversationFork()
-        profile = choose_profile(
-            profile_table, body.model_profile_id, body.llm_id, body.provider, null_clears=False
-        )
+        profile = choose_profile(profile_table, body, null_clears=False)
         fork = await conversations_service.fork(
             conversation_scope.project_id,
             conversation_id,

@@ -17,13 +17,14 @@ import structlog
 from advanced_alchemy.exceptions import IntegrityError
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import Conversation, FallbackPin
 from app.domain.paging import newest_first
+from app.domain.queries import delete_one
 from app.lib.clock import utcnow
 from app.lib.errors import NotFoundError
 
@@ -103,14 +104,9 @@ class FallbackPinService(SQLAlchemyAsyncRepositoryService[FallbackPin]):
 
     async def clear_pin(self, conversation_id: UUID) -> bool:
         """Remove the pin; returns whether there was one. Commits."""
-        session = self.repository.session
-        removed = await session.scalar(
-            delete(FallbackPin)
-            .where(FallbackPin.conversation_id == conversation_id)
-            .returning(FallbackPin.id)
+        return await delete_one(
+            self.repository.session, FallbackPin, FallbackPin.conversation_id == conversation_id
         )
-        await session.commit()
-        return removed is not None
 
     async def page(self, limit: int, offset: int) -> tuple[Sequence[FallbackPin], int]:
         """Every pin of every project, newest first (the admin view)."""

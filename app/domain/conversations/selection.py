@@ -7,6 +7,7 @@ same thing. Several may be given with one value; two different values are a 400.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import msgspec
 
@@ -29,20 +30,31 @@ class ProfileChoice:
 NOT_GIVEN = ProfileChoice(given=False, profile_id=None, param=None)
 
 
-def choose_profile(
-    table: ProfileTable,
-    model_profile_id: str | msgspec.UnsetType | None,
-    llm_id: str | msgspec.UnsetType | None,
-    provider: str | msgspec.UnsetType | None,
-    *,
-    null_clears: bool,
-) -> ProfileChoice:
-    """The one profile the three fields name, checked against the profile table.
+class NamesProfile(Protocol):
+    """A body with the three fields (conversation create, update and fork, the runtime
+    chat); read-only here, so a body whose fields cannot be unset fits too."""
+
+    @property
+    def model_profile_id(self) -> str | msgspec.UnsetType | None: ...
+
+    @property
+    def llm_id(self) -> str | msgspec.UnsetType | None: ...
+
+    @property
+    def provider(self) -> str | msgspec.UnsetType | None: ...
+
+
+def choose_profile(table: ProfileTable, body: NamesProfile, *, null_clears: bool) -> ProfileChoice:
+    """The one profile the body's three fields name, checked against the profile table.
 
     With ``null_clears`` (patch) an explicit ``null`` is a value (clear the selection);
     otherwise (create, fork) ``null`` is the same as leaving the field out.
     """
-    named: Named = (("modelProfileId", model_profile_id), ("llmId", llm_id), ("provider", provider))
+    named: Named = (
+        ("modelProfileId", body.model_profile_id),
+        ("llmId", body.llm_id),
+        ("provider", body.provider),
+    )
     given = [
         (param, value)
         for param, value in named

@@ -69,12 +69,13 @@ from uuid import UUID, uuid4
 import msgspec
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
-from sqlalchemy import Select, delete, func, select, update
+from sqlalchemy import Select, func, select, update
 
 from app.db.models import Conversation, ConversationMessage, FallbackPin
 from app.domain.conversations.messages import NewMessage, messages_from_openai, stored_message
 from app.domain.conversations.schemas import openai_message
 from app.domain.conversations.selection import ProfileChoice
+from app.domain.queries import delete_in_project
 from app.lib.clock import utcnow
 from app.lib.errors import BadRequestError, NotFoundError
 
@@ -283,15 +284,8 @@ class ConversationService(SQLAlchemyAsyncRepositoryService[Conversation]):
     async def delete_conversation(self, project_id: UUID, conversation_id: UUID) -> None:
         """Its messages and pin go with it (ON DELETE CASCADE)."""
         session = self.repository.session
-        deleted = await session.scalar(
-            delete(Conversation)
-            .where(Conversation.id == conversation_id, Conversation.project_id == project_id)
-            .returning(Conversation.id)
-        )
-        if deleted is None:
-            await session.rollback()
+        if not await delete_in_project(session, Conversation, project_id, conversation_id):
             raise conversation_not_found()
-        await session.commit()
 
     # --------------------------------------------------------- the runtime chat
 

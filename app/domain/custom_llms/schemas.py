@@ -13,14 +13,13 @@ from uuid import UUID
 
 import msgspec
 
-from app.domain.bodies import Camel, Strict
+from app.domain.bodies import Camel, Strict, Tokens
 
 # Url-safe and lower case: the name is the path segment and the model id's suffix
 # (``custom:<name>``), so ``Bob`` and ``bob`` must not both exist. Patterns end in
 # ``\Z``: ``$`` would also match before a trailing newline.
 NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?\Z"
 MAX_NAME_LENGTH = 64
-MAX_TOKENS = 100_000_000  # the columns are 32-bit integers
 MAX_KEY_LENGTH = 4096
 
 LlmName = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, max_length=MAX_NAME_LENGTH)]
@@ -32,7 +31,6 @@ Provider = Annotated[
         min_length=1, max_length=64, pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9 ._-]*[A-Za-z0-9])?\Z"
     ),
 ]
-Tokens = Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
 # Visible ASCII only: the key ends up in an HTTP header.
 ApiKeyValue = Annotated[
     str, msgspec.Meta(min_length=1, max_length=MAX_KEY_LENGTH, pattern=r"^[\x21-\x7e]+\Z")

@@ -17,7 +17,7 @@ from uuid import UUID, uuid4
 import msgspec
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from app.db.models import CustomLlm, Project, ProjectSecret
 from app.domain.custom_llms.names import custom_llm_not_found, name_taken, suggest_names
@@ -33,6 +33,7 @@ from app.domain.custom_llms.templates import (
     Technical,
     locked_field,
 )
+from app.domain.queries import project_page
 from app.domain.races import commit_raced
 from app.domain.records import field_values
 from app.domain.secrets.aad import custom_llm_aad
@@ -108,17 +109,7 @@ class CustomLlmService(SQLAlchemyAsyncRepositoryService[CustomLlm]):
     ) -> tuple[Sequence[CustomLlm], int]:
         """By name (unique in the project, so the order is stable)."""
         session = self.repository.session
-        total = await session.scalar(
-            select(func.count()).select_from(CustomLlm).where(CustomLlm.project_id == project_id)
-        )
-        rows = await session.scalars(
-            select(CustomLlm)
-            .where(CustomLlm.project_id == project_id)
-            .order_by(CustomLlm.name)
-            .limit(limit)
-            .offset(offset)
-        )
-        return rows.all(), int(total or 0)
+        return await project_page(session, CustomLlm, project_id, [CustomLlm.name], limit, offset)
 
     async def require(self, project_id: UUID, name: str) -> CustomLlm:
         """The project's custom LLM; another project's is a 404 like a missing one."""

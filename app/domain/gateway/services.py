@@ -14,7 +14,6 @@ from app.domain.calls.metering import CallRecord, Meter
 from app.domain.calls.streaming import StreamSteps, metered_stream
 from app.domain.gateway.parsing import Endpoint, GatewayRequest, ListedModelOut
 from app.domain.usage.entry import UsageSink
-from app.lib.errors import AronaError
 from app.routing.service import CallOutcome, RoutingService
 from app.routing.types import RouteHints
 
@@ -103,16 +102,12 @@ class GatewayService:
     ) -> CallOutcome:
         """A non-streaming chat completion or an embedding."""
         record = self._begin(caller, request, endpoint)
-        try:
+        async with self.meter.failures(record):
             admission = await self._admit(caller, request)
             record.admitted(admission)
             hints = self._hints(caller, request, admission)
             call = self.routing.chat if endpoint == "chat" else self.routing.embed
             outcome = await call(admission.model, request.body, hints, target=admission.target)
-        except AronaError as exc:
-            record.failed(exc)
-            await self.meter.record(record)
-            raise
         record.served(outcome)
         # Before the answer goes out: a completed call is never only in memory.
         await self.meter.record(record)
@@ -123,7 +118,7 @@ class GatewayService:
     ) -> AsyncGenerator[bytes, None]:
         """Open the upstream stream (errors before it starts raise normally)."""
         record = self._begin(caller, request, "chat")
-        try:
+        async with self.meter.failures(record):
             admission = await self._admit(caller, request)
             record.admitted(admission)
             relay = await self.routing.open_chat_stream(
@@ -133,8 +128,4 @@ class GatewayService:
                 include_usage=request.include_usage,
                 target=admission.target,
             )
-        except AronaError as exc:
-            record.failed(exc)
-            await self.meter.record(record)
-            raise
         return metered_stream(relay, record, self.meter, _HoldDone())

@@ -29,11 +29,12 @@ import structlog
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 
 from app.db.models import OverrideKey
 from app.domain.overrides.index import LoadedOverride
 from app.domain.overrides.schemas import OverrideCreate
+from app.domain.queries import delete_in_project, project_page
 from app.domain.races import commit_raced
 from app.domain.secrets.aad import override_key_aad
 from app.lib.errors import BadRequestError, ConflictError, NotFoundError
@@ -141,19 +142,12 @@ class OverrideService(SQLAlchemyAsyncRepositoryService[OverrideKey]):
         self, project_id: UUID, limit: int, offset: int, *, conversation_id: str | None = None
     ) -> tuple[Sequence[OverrideKey], int]:
         """Newest first."""
+        where = [] if conversation_id is None else [OverrideKey.conversation_id == conversation_id]
+        newest_first = [OverrideKey.created_at.desc(), OverrideKey.id.desc()]
         session = self.repository.session
-        where = [OverrideKey.project_id == project_id]
-        if conversation_id is not None:
-            where.append(OverrideKey.conversation_id == conversation_id)
-        total = await session.scalar(select(func.count()).select_from(OverrideKey).where(*where))
-        rows = await session.scalars(
-            select(OverrideKey)
-            .where(*where)
-            .order_by(OverrideKey.created_at.desc(), OverrideKey.id.desc())
-            .limit(limit)
-            .offset(offset)
+        return await project_page(
+            session, OverrideKey, project_id, newest_first, limit, offset, *where
         )
-        return rows.all(), int(total or 0)
 
     async def require(self, project_id: UUID, override_id: UUID) -> OverrideKey:
         """The project's override; another project's is a 404."""
@@ -168,15 +162,8 @@ class OverrideService(SQLAlchemyAsyncRepositoryService[OverrideKey]):
 
     async def delete_override(self, project_id: UUID, override_id: UUID) -> None:
         session = self.repository.session
-        deleted = await session.scalar(
-            delete(OverrideKey)
-            .where(OverrideKey.id == override_id, OverrideKey.project_id == project_id)
-            .returning(OverrideKey.id)
-        )
-        if deleted is None:
-            await session.rollback()
+        if not await delete_in_project(session, OverrideKey, project_id, override_id):
             raise override_not_found()
-        await session.commit()
         await self.changes.changed(project_id)
 
 

@@ -10,7 +10,7 @@ from uuid import UUID
 
 import msgspec
 
-from app.domain.bodies import Camel, Strict
+from app.domain.bodies import Camel, Strict, Tokens
 from app.lib.errors import BadRequestError
 from app.routing.types import ScoreKind
 
@@ -21,8 +21,6 @@ _PROFILE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_TAGS = 50
 MAX_CHAIN = 20
 MAX_ENABLED = 1000
-# Columns are 32-bit integers.
-MAX_TOKENS = 100_000_000
 MAX_SLOW_THRESHOLD_MS = 3_600_000
 
 ProfileId = Annotated[str, msgspec.Meta(pattern=PROFILE_ID_PATTERN, max_length=64)]
@@ -30,7 +28,6 @@ ProfileId = Annotated[str, msgspec.Meta(pattern=PROFILE_ID_PATTERN, max_length=6
 Text200 = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
 Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"\S")]
 Tags = Annotated[list[Tag], msgspec.Meta(max_length=MAX_TAGS)]
-Tokens = Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
 SlowThresholdMs = Annotated[int, msgspec.Meta(gt=0, le=MAX_SLOW_THRESHOLD_MS)]
 Chain = Annotated[list[ProfileId], msgspec.Meta(max_length=MAX_CHAIN)]
 EnabledIds = Annotated[list[ProfileId], msgspec.Meta(max_length=MAX_ENABLED)]

@@ -25,13 +25,13 @@ from uuid import UUID, uuid4
 
 import msgspec
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
-from advanced_alchemy.filters import LimitOffset, OrderBy
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
 from sqlalchemy import Text, cast, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import ModelProfile, ProjectProfileSettings
+from app.domain.paging import ascending
 from app.domain.profiles.catalog import ProjectModels
 from app.domain.profiles.schemas import (
     ProfileCreate,
@@ -114,9 +114,7 @@ class ModelProfileService(SQLAlchemyAsyncRepositoryService[ModelProfile]):
     """``ProfileSync`` (set by the request's provider): told after every write."""
 
     async def page(self, limit: int, offset: int) -> tuple[Sequence[ModelProfile], int]:
-        return await self.get_many_and_count(
-            OrderBy(field_name="id", sort_order="asc"), LimitOffset(limit=limit, offset=offset)
-        )
+        return await self.get_many_and_count(*ascending("id", limit, offset))
 
     async def require(self, profile_id: str) -> ModelProfile:
         row = await self.get_one_or_none(ModelProfile.id == profile_id)

@@ -24,13 +24,13 @@ from app.domain.calls.metering import Meter
 from app.domain.calls.streaming import metered_stream
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.runtime.conversation_store import ConversationStore
+from app.domain.runtime.deps import ChatDeps
 from app.domain.runtime.prepared import ChatReply, PreparedChat
 from app.domain.runtime.preparing import ChatPreparer
 from app.domain.runtime.schemas import RuntimeChatRequest
 from app.domain.runtime.streaming import RuntimeStreamSteps
 from app.domain.runtime.transcript import completion_message
 from app.domain.usage.entry import UsageSink
-from app.lib.errors import AronaError
 from app.routing.failover import FailoverPolicy
 from app.routing.profiles import ProfileTable
 from app.routing.relay import RelayedStream
@@ -51,26 +51,22 @@ class RuntimeChatService:
         admission: CallAdmission,
     ) -> None:
         self._routing = routing
-        self._profiles = profiles
-        self._conversations = conversations
-        self._meter = Meter(usage, routing.clock)
-        self._preparer = ChatPreparer(
+        self._deps = ChatDeps(
             router=routing.router,
             profiles=profiles,
             catalog=catalog,
             failover=failover,
             conversations=conversations,
             admission=admission,
-            meter=self._meter,
+            meter=Meter(usage, routing.clock),
         )
+        self._preparer = ChatPreparer(self._deps)
 
     async def prepare(self, project_id: UUID, request: RuntimeChatRequest) -> PreparedChat:
         return await self._preparer.prepare(project_id, request)
 
     def _stream_steps(self, prepared: PreparedChat, relay: RelayedStream) -> RuntimeStreamSteps:
-        return RuntimeStreamSteps(
-            prepared, relay, profiles=self._profiles, conversations=self._conversations
-        )
+        return RuntimeStreamSteps(prepared, relay, self._deps)
 
     def _hints(self, prepared: PreparedChat) -> RouteHints:
         return RouteHints(
@@ -99,26 +95,22 @@ class RuntimeChatService:
 
     async def _complete(self, prepared: PreparedChat) -> ChatReply:
         record = prepared.call_record()
-        try:
+        async with self._deps.meter.failures(record):
             result = await self._routing.chat(
                 prepared.profile.base_model,
                 prepared.body,
                 self._hints(prepared),
                 target=prepared.admission.target,
             )
-        except AronaError as exc:
-            record.failed(exc)
-            await self._meter.record(record)
-            raise
         record.served(result)
         # No latency sample: a complete answer's latency includes the whole generation,
         # which the profile's time-to-first-token threshold does not describe.
         content, tool_calls = completion_message(result.content)
         try:
-            await self._conversations.append_user_turns(
+            await self._deps.conversations.append_user_turns(
                 prepared.conversation_id, prepared.new_turns
             )
-            await self._conversations.append_assistant(
+            await self._deps.conversations.append_assistant(
                 prepared.conversation_id,
                 content=content,
                 tool_calls=tool_calls,
@@ -127,12 +119,12 @@ class RuntimeChatService:
                 usage=result.usage,
             )
         finally:
-            await self._meter.record(record)
+            await self._deps.meter.record(record)
         return ChatReply(headers=self._headers(prepared, result.backend), body=result.content)
 
     async def _open_stream(self, prepared: PreparedChat) -> ChatReply:
         record = prepared.call_record()
-        try:
+        async with self._deps.meter.failures(record):
             relay = await self._routing.open_chat_stream(
                 prepared.profile.base_model,
                 prepared.body,
@@ -140,22 +132,20 @@ class RuntimeChatService:
                 include_usage=True,
                 target=prepared.admission.target,
             )
-        except AronaError as exc:
-            record.failed(exc)
-            await self._meter.record(record)
-            raise
         try:
             # Stored once an upstream took the call: a refused call leaves no orphan
             # user turn behind for the runtime's retry to duplicate.
-            await self._conversations.append_user_turns(
+            await self._deps.conversations.append_user_turns(
                 prepared.conversation_id, prepared.new_turns
             )
         except BaseException:
             await relay.aclose()
             record.status, record.error_code = 500, "conversation_store_failed"
-            await self._meter.record(record)
+            await self._deps.meter.record(record)
             raise
         return ChatReply(
             headers=self._headers(prepared, relay.backend),
-            events=metered_stream(relay, record, self._meter, self._stream_steps(prepared, relay)),
+            events=metered_stream(
+                relay, record, self._deps.meter, self._stream_steps(prepared, relay)
+            ),
         )

@@ -18,46 +18,27 @@ from uuid import UUID
 
 import structlog
 
-from app.domain.calls.admission import CallAdmission
-from app.domain.calls.metering import CallRecord, Meter
+from app.domain.calls.metering import CallRecord
 from app.domain.conversations.messages import NewMessage, validate_messages
 from app.domain.conversations.selection import choose_profile
 from app.domain.custom_llms.directory import parse_llm_id
-from app.domain.profiles.catalog import ProfileCatalog
-from app.domain.runtime.conversation_store import ChatHistory, ConversationStore
+from app.domain.runtime.conversation_store import ChatHistory
+from app.domain.runtime.deps import ChatDeps
 from app.domain.runtime.prepared import ENDPOINT, Failover, PreparedChat, custom_profile
 from app.domain.runtime.schemas import RuntimeChatRequest
 from app.domain.runtime.upstream_body import check_capabilities, upstream_body
-from app.lib.errors import AronaError
-from app.routing.failover import Availability, FailoverPolicy
-from app.routing.profiles import Profile, ProfileTable
-from app.routing.router import Router
+from app.routing.failover import Availability
+from app.routing.profiles import Profile
 
 logger = structlog.get_logger()
 
 
 class ChatPreparer:
-    def __init__(
-        self,
-        *,
-        router: Router,
-        profiles: ProfileTable,
-        catalog: ProfileCatalog,
-        failover: FailoverPolicy,
-        conversations: ConversationStore,
-        admission: CallAdmission,
-        meter: Meter,
-    ) -> None:
-        self._router = router
-        self._profiles = profiles
-        self._catalog = catalog
-        self._failover = failover
-        self._conversations = conversations
-        self._admission = admission
-        self._meter = meter
+    def __init__(self, deps: ChatDeps) -> None:
+        self._deps = deps
 
     async def prepare(self, project_id: UUID, request: RuntimeChatRequest) -> PreparedChat:
-        started = self._meter.now()
+        started = self._deps.meter.now()
         # Cheap checks first: a malformed turn is a 400 before anything touches the
         # database (not a call yet, so not metered, as on /v1).
         turns = validate_messages(request.messages)
@@ -70,14 +51,10 @@ class ChatPreparer:
             streamed=request.stream,
             conversation_id=str(request.conversation_id),
         )
-        try:
+        # A refused call is metered too (a 429 counts against nobody's quota but shows
+        # in the project's usage, as on /v1).
+        async with self._deps.meter.failures(refused):
             return await self._prepare(project_id, request, turns, started, refused)
-        except AronaError as exc:
-            # A refused call is metered too (a 429 counts against nobody's quota but
-            # shows in the project's usage, as on /v1).
-            refused.failed(exc)
-            await self._meter.record(refused)
-            raise
 
     async def _prepare(
         self,
@@ -87,14 +64,8 @@ class ChatPreparer:
         started: float,
         refused: CallRecord,
     ) -> PreparedChat:
-        choice = choose_profile(
-            self._profiles,
-            request.model_profile_id,
-            request.llm_id,
-            request.provider,
-            null_clears=False,
-        )
-        history = await self._conversations.load(project_id, request.conversation_id)
+        choice = choose_profile(self._deps.profiles, request, null_clears=False)
+        history = await self._deps.conversations.load(project_id, request.conversation_id)
         requested = choice.profile_id or history.model_profile_id
         refused.model_requested = requested or refused.model_requested
         new_turns = [m.to_openai() for m in request.messages]
@@ -103,10 +74,10 @@ class ChatPreparer:
         if requested is not None and parse_llm_id(requested) is not None:
             # The project's own endpoint: no profile policies, no shared pool.
             refused.is_custom = True
-            admission = await self._admission.admit(project_id, conversation, requested)
+            admission = await self._deps.admission.admit(project_id, conversation, requested)
             profile = custom_profile(requested, admission)
         else:
-            profile = await self._catalog.resolve(project_id, requested)
+            profile = await self._deps.catalog.resolve(project_id, requested)
             refused.model_requested = refused.model_requested or profile.id
             # A priority conversation stays where its owner put it: no pin moves it.
             pinned = (
@@ -117,7 +88,7 @@ class ChatPreparer:
             if pinned is not None:
                 failover = Failover("pin", profile.id)
                 profile = pinned
-            decision = self._failover.route(
+            decision = self._deps.failover.route(
                 profile,
                 priority=history.priority,
                 available=await self._available_links(project_id, profile),
@@ -128,7 +99,7 @@ class ChatPreparer:
             refused.model_profile_id = profile.id
             check_capabilities(profile, request, new_turns)
             # Last: a refused request must not spend quota.
-            admission = await self._admission.admit(
+            admission = await self._deps.admission.admit(
                 project_id, conversation, profile.base_model, also_known_as=(profile.id,)
             )
         return PreparedChat(
@@ -155,8 +126,8 @@ class ChatPreparer:
         pin = history.pin
         if pin is None or pin.from_profile_id != profile.id:
             return None
-        target = self._profiles.get(pin.to_profile_id)
-        if target is None or not await self._catalog.is_enabled_for(project_id, target.id):
+        target = self._deps.profiles.get(pin.to_profile_id)
+        if target is None or not await self._deps.catalog.is_enabled_for(project_id, target.id):
             logger.warning(
                 "fallback pin ignored: its target profile is gone or disabled",
                 conversation=str(history.conversation_id),
@@ -170,10 +141,10 @@ class ChatPreparer:
         served by at least one usable backend right now."""
         usable: set[str] = set()
         for link_id in profile.failover_chain:
-            link = self._profiles.get(link_id)
-            if link is None or not await self._catalog.is_enabled_for(project_id, link_id):
+            link = self._deps.profiles.get(link_id)
+            if link is None or not await self._deps.catalog.is_enabled_for(project_id, link_id):
                 continue
-            if self._router.can_serve(link.base_model, link.tags):
+            if self._deps.router.can_serve(link.base_model, link.tags):
                 usable.add(link_id)
 
         def available(link: Profile) -> bool:

@@ -13,11 +13,10 @@ from typing import Any
 import structlog
 
 from app.domain.calls.streaming import StreamSteps
-from app.domain.runtime.conversation_store import ConversationStore
+from app.domain.runtime.deps import ChatDeps
 from app.domain.runtime.prepared import PreparedChat
 from app.domain.runtime.transcript import Transcript
 from app.lib.errors import AronaError
-from app.routing.profiles import ProfileTable
 from app.routing.relay import RelayedStream
 from app.routing.types import Usage
 
@@ -31,14 +30,11 @@ class RuntimeStreamSteps(StreamSteps):
         self,
         prepared: PreparedChat,
         relay: RelayedStream,
-        *,
-        profiles: ProfileTable,
-        conversations: ConversationStore,
+        deps: ChatDeps,
     ) -> None:
         self._prepared = prepared
         self._relay = relay
-        self._profiles = profiles
-        self._conversations = conversations
+        self._deps = deps
         self._transcript = Transcript()
 
     def feed(self, chunk: bytes) -> bytes:
@@ -57,7 +53,7 @@ class RuntimeStreamSteps(StreamSteps):
     async def completed(self) -> bytes:
         transcript, relay = self._transcript, self._relay
         usage = self.usage(relay)
-        await self._conversations.append_assistant(
+        await self._deps.conversations.append_assistant(
             self._prepared.conversation_id,
             content=transcript.content,
             tool_calls=transcript.tool_calls,
@@ -75,7 +71,7 @@ class RuntimeStreamSteps(StreamSteps):
         priority conversation's drop is only recorded (it is never redirected)."""
         prepared, relay = self._prepared, self._relay
         fallback = prepared.profile.fallback_profile_id
-        if not fallback or self._profiles.get(fallback) is None:
+        if not fallback or self._deps.profiles.get(fallback) is None:
             return ""
         if prepared.history.priority:
             logger.warning(
@@ -88,7 +84,7 @@ class RuntimeStreamSteps(StreamSteps):
             )
             return "priority conversation: not pinned"
         try:
-            await self._conversations.pin_fallback(
+            await self._deps.conversations.pin_fallback(
                 prepared.conversation_id,
                 prepared.project_id,
                 from_profile_id=prepared.profile.id,

@@ -46,9 +46,10 @@ import structlog
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
-from sqlalchemy import delete, func, select
+from sqlalchemy import select
 
 from app.db.models import CustomLlm, ProjectSecret
+from app.domain.queries import delete_in_project, project_page
 from app.domain.races import RACED, commit_raced
 from app.domain.secrets.aad import secret_aad
 from app.domain.secrets.schemas import MAX_VALUE_BYTES, SecretUser
@@ -152,20 +153,9 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
         self, project_id: UUID, limit: int, offset: int
     ) -> tuple[Sequence[ProjectSecret], int]:
         """By name (unique in the project, so the order is stable)."""
+        by_name = [ProjectSecret.name, ProjectSecret.id]
         session = self.repository.session
-        total = await session.scalar(
-            select(func.count())
-            .select_from(ProjectSecret)
-            .where(ProjectSecret.project_id == project_id)
-        )
-        rows = await session.scalars(
-            select(ProjectSecret)
-            .where(ProjectSecret.project_id == project_id)
-            .order_by(ProjectSecret.name, ProjectSecret.id)
-            .limit(limit)
-            .offset(offset)
-        )
-        return rows.all(), int(total or 0)
+        return await project_page(session, ProjectSecret, project_id, by_name, limit, offset)
 
     async def require(self, project_id: UUID, secret_id: UUID) -> ProjectSecret:
         """The project's secret; another project's is a 404 like a missing one."""
@@ -229,15 +219,9 @@ class ProjectSecretService(SQLAlchemyAsyncRepositoryService[ProjectSecret]):
         await self._refuse_if_used(project_id, secret_id, name)
         session = self.repository.session
         try:
-            deleted = await session.scalar(
-                delete(ProjectSecret)
-                .where(ProjectSecret.id == secret_id, ProjectSecret.project_id == project_id)
-                .returning(ProjectSecret.id)
-            )
-            if deleted is None:  # deleted meanwhile by another request
-                await session.rollback()
+            # Deleted meanwhile by another request: a 404 as if it had never been.
+            if not await delete_in_project(session, ProjectSecret, project_id, secret_id):
                 raise secret_not_found()
-            await session.commit()
         except RACED as exc:
             # A custom LLM started to use it between the check and the delete: the
             # foreign key (ON DELETE RESTRICT) refused.

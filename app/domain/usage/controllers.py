@@ -17,7 +17,6 @@ from app.domain.paging import Page, Paging, from_row
 from app.domain.projects.services import ProjectAccess
 from app.domain.rest import ProjectApiController
 from app.domain.usage.schemas import (
-    UsageGroupOut,
     UsageRecordOut,
     UsageSummaryOut,
     UsageTotals,
@@ -36,9 +35,9 @@ def _query(request: Request[Any, Any, Any]) -> dict[str, str]:
     return {name: request.query_params[name] for name in request.query_params}
 
 
-# Every field of these is the record's (or aggregate's) attribute of the same name.
+# Every field of these is the record's (or aggregate's) attribute of the same name;
+# the groups are ``UsageGroupOut`` already.
 record_out = from_row(UsageRecordOut)
-_group_out = from_row(UsageGroupOut)
 _totals_out = from_row(UsageTotals)
 
 
@@ -74,6 +73,6 @@ class ProjectUsageController(ProjectApiController):
         groups, totals = await usage_records_service.summary(project_id, filters, group_by)
         return UsageSummaryOut(
             group_by=group_by,
-            items=[_group_out(g) for g in groups],
+            items=groups,
             totals=_totals_out(totals),
         )

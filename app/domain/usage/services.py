@@ -31,6 +31,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from app.db.models import UsageRecord
+from app.domain.queries import count_and_page
+from app.domain.usage.schemas import UsageGroupOut
 from app.lib.errors import BadRequestError
 
 GroupBy = Literal["day", "model"]
@@ -208,15 +210,9 @@ def _utc_day_default(element: utc_day, compiler: SQLCompiler, **kw: Any) -> str:
     return f"CAST({column} AS DATE)"
 
 
-@dataclass(frozen=True, slots=True)
-class Aggregate:
-    key: str
-    requests: int
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    errors: int
-    cost: float
+Aggregate = UsageGroupOut
+"""The sums of a group of records under its key, as the usage summary shows them (the
+dashboard labels the same ones): one shape, so the API takes the groups as they are."""
 
 
 def usage_sums() -> list[Any]:
@@ -263,17 +259,14 @@ class UsageRecordService(SQLAlchemyAsyncRepositoryService[UsageRecord]):
         self, project_id: UUID, filters: UsageFilters, limit: int, offset: int
     ) -> tuple[Sequence[UsageRecord], int]:
         """Newest first (the id, a UUIDv7, breaks ties between equal times)."""
-        session = self.repository.session
-        where = filters.clauses(project_id)
-        total = await session.scalar(select(func.count()).select_from(UsageRecord).where(*where))
-        rows = await session.scalars(
-            select(UsageRecord)
-            .where(*where)
-            .order_by(UsageRecord.created_at.desc(), UsageRecord.id.desc())
-            .limit(limit)
-            .offset(offset)
+        return await count_and_page(
+            self.repository.session,
+            UsageRecord,
+            filters.clauses(project_id),
+            [UsageRecord.created_at.desc(), UsageRecord.id.desc()],
+            limit,
+            offset,
         )
-        return list(rows), int(total or 0)
 
     async def summary(
         self, project_id: UUID, filters: UsageFilters, group_by: GroupBy

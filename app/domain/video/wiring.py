@@ -1,5 +1,6 @@
-"""The video area's life in the app: jobs and prices provided, the poller run in the
-background and its leases given back at shutdown."""
+"""The video area's life in the app: its per-app objects built once with the other
+resources, jobs and prices provided, the poller run in the background and its leases
+given back at shutdown."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.domain.calls.admission import CallAdmission
+from app.domain.calls.metering import Meter
 from app.domain.usage.entry import UsageSink
-from app.domain.video.setup import build_video
+from app.domain.video.facade import VideoJobs
+from app.domain.video.poller import TICK_SECONDS, VideoPoller
+from app.domain.video.prices import VideoPrices
+from app.domain.video.store import JobStore
 from app.lib.components import BackgroundTask, Component
 from app.lib.events.base import EventBus
 from app.lib.settings import Settings
@@ -29,9 +34,26 @@ class VideoWiring(Component):
         usage: UsageSink,
         bus: EventBus,
     ) -> None:
-        self.jobs, self.poller, self.prices = build_video(
-            settings, engine=engine, routing=routing, admission=admission, usage=usage, bus=bus
+        store = JobStore(engine)
+        self.poller = VideoPoller(
+            store=store,
+            routing=routing,
+            bus=bus,
+            poll_seconds=settings.video_poll_seconds,
+            timeout_seconds=settings.video_timeout_seconds,
+            lease_seconds=settings.video_lease_seconds,
+            # Never look for due jobs less often than jobs are polled.
+            tick_seconds=min(TICK_SECONDS, settings.video_poll_seconds),
         )
+        self.jobs = VideoJobs(
+            store=store,
+            router=routing.router,
+            admission=admission,
+            meter=Meter(usage, routing.clock),
+            bus=bus,
+            wake=self.poller.wake,
+        )
+        self.prices = VideoPrices(engine)
 
     def provides(self) -> Mapping[str, object]:
         return {"video_jobs": self.jobs, "video_prices": self.prices}
