@@ -15,8 +15,8 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Project, UsageRecord
+from app.domain.usage.schemas import UsageGroupOut
 from app.domain.usage.services import (
-    Aggregate,
     UsageFilters,
     aggregate,
     sum_usage,
@@ -35,7 +35,7 @@ TOP = 15
 
 @dataclass(frozen=True, slots=True)
 class Totals:
-    """An ``Aggregate`` with the label the page shows for its key."""
+    """An ``UsageGroupOut`` with the label the page shows for its key."""
 
     key: str
     label: str
@@ -52,7 +52,7 @@ class Totals:
         return f"{self.cost:,.6f}".rstrip("0").rstrip(".")
 
     @classmethod
-    def of(cls, label: str, sums: Aggregate) -> Totals:
+    def of(cls, label: str, sums: UsageGroupOut) -> Totals:
         return cls(
             key=sums.key,
             label=label,

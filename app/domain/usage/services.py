@@ -210,13 +210,8 @@ def _utc_day_default(element: utc_day, compiler: SQLCompiler, **kw: Any) -> str:
     return f"CAST({column} AS DATE)"
 
 
-Aggregate = UsageGroupOut
-"""The sums of a group of records under its key, as the usage summary shows them (the
-dashboard labels the same ones): one shape, so the API takes the groups as they are."""
-
-
 def usage_sums() -> list[Any]:
-    """The aggregate columns every usage summary shows (labelled as ``Aggregate``'s
+    """The aggregate columns every usage summary shows (labelled as ``UsageGroupOut``'s
     fields): one definition, so the API and the dashboard cannot drift apart."""
     r = UsageRecord
     return [
@@ -229,9 +224,9 @@ def usage_sums() -> list[Any]:
     ]
 
 
-def aggregate(key: str, row: Any) -> Aggregate:
-    """An ``Aggregate`` from a row that selected ``usage_sums()``."""
-    return Aggregate(
+def aggregate(key: str, row: Any) -> UsageGroupOut:
+    """A ``UsageGroupOut`` from a row that selected ``usage_sums()``."""
+    return UsageGroupOut(
         key=key,
         requests=int(row.requests),
         prompt_tokens=int(row.prompt_tokens),
@@ -243,7 +238,7 @@ def aggregate(key: str, row: Any) -> Aggregate:
     )
 
 
-async def sum_usage(session: AsyncSession, where: Sequence[ColumnElement[bool]]) -> Aggregate:
+async def sum_usage(session: AsyncSession, where: Sequence[ColumnElement[bool]]) -> UsageGroupOut:
     """The totals of the records matching ``where``: the one totals query, behind a
     project's usage summary and the admin dashboard's platform totals alike."""
     return aggregate("", (await session.execute(select(*usage_sums()).where(*where))).one())
@@ -270,7 +265,7 @@ class UsageRecordService(SQLAlchemyAsyncRepositoryService[UsageRecord]):
 
     async def summary(
         self, project_id: UUID, filters: UsageFilters, group_by: GroupBy
-    ) -> tuple[list[Aggregate], Aggregate]:
+    ) -> tuple[list[UsageGroupOut], UsageGroupOut]:
         """Per day (oldest first) or per model (busiest first), and the totals."""
         session = self.repository.session
         where = filters.clauses(project_id)
