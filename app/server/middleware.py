@@ -14,6 +14,7 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, HTTPScope, Message, Receive, Scope, Send
 
 from app.lib.ids import request_id as new_request_id
+from app.lib.log_budget import RepeatBudget
 from app.server.metrics import HttpMetrics
 
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -46,6 +47,10 @@ def _incoming_request_id(scope: Scope) -> str | None:
 
 
 def request_context_middleware(metrics: HttpMetrics) -> type:
+    # One budget per app: a flood of failures of one route writes one line per
+    # interval (with the count held back), not one per request.
+    failure_lines = RepeatBudget()
+
     class RequestContextMiddleware:
         def __init__(self, app: ASGIApp) -> None:
             self.app = app
@@ -78,6 +83,14 @@ def request_context_middleware(metrics: HttpMetrics) -> type:
                 route = scope.get("path_template") or "unmatched"
                 metrics.observe(method, route, status, elapsed)
                 if status >= 500:
-                    logger.warning("request failed", method=method, route=route, status=status)
+                    held_back = failure_lines.admit((method, route, status))
+                    if held_back is not None:
+                        logger.warning(
+                            "request failed",
+                            method=method,
+                            route=route,
+                            status=status,
+                            similar_not_logged=held_back,
+                        )
 
     return RequestContextMiddleware

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import structlog.testing
 from openai.types.chat import ChatCompletionMessageParam
 
 from app.fakes.openai_upstream import FakeOpenAI
@@ -289,6 +290,48 @@ async def test_the_runtime_chat_carries_the_same(rt: RuntimeEnv) -> None:
     assert error["upstream_status"] == 200
     assert "the upstream closed the stream before it ended" in error["message"]
     assert_plain(error["message"])
+
+
+async def test_a_flood_of_failures_logs_one_line_with_the_count_held_back(
+    env: GatewayEnv,
+) -> None:
+    """A failing upstream makes every call a 502; the log says so once per interval
+    with how many were not logged, not once per request (the metrics count them all),
+    and the error shape the client reads is unchanged."""
+    fake, url = await env.fake(models=["flood-model"])
+    await env.register(unique("flood"), url)
+    fake.control.fail_status = 500
+    body = {"model": "flood-model", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Authorization": f"Bearer {env.api_key}"}
+    statuses = []
+    with structlog.testing.capture_logs() as logged:
+        for _ in range(6):
+            response = await env.http.post("/v1/chat/completions", json=body, headers=headers)
+            # 502 while the upstream is tried, 500 "all backends unhealthy" once the
+            # breaker opens: both are failures of the same route.
+            statuses.append(response.status_code)
+            assert response.headers["content-type"] == "application/json"
+            assert response.headers["x-request-id"]
+            assert set(response.json()["error"]) >= {"message", "type", "code", "param"}
+    assert statuses[0] == 502 and set(statuses) <= {500, 502}, statuses
+    lines = [
+        event
+        for event in logged
+        if event["event"] == "request failed" and event["route"] == "/v1/chat/completions"
+    ]
+    # One line for each status the route failed with, the first of each.
+    assert sorted(line["status"] for line in lines) == sorted(set(statuses)), lines
+    assert all(line["similar_not_logged"] == 0 for line in lines)
+    metrics = (await env.http.get("/metrics")).text
+    counted = sum(
+        float(value)
+        for value in re.findall(
+            r'arona_http_requests_total\{method="POST",route="/v1/chat/completions",'
+            r'status="50[02]"\} (\S+)',
+            metrics,
+        )
+    )
+    assert counted >= 6
 
 
 async def test_a_failing_upstream_leaves_no_reference_cycle_in_the_gateway(
