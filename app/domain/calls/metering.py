@@ -10,9 +10,8 @@ job final (``usage_row``).
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 from uuid import UUID
 
@@ -126,14 +125,34 @@ class Meter:
         except Exception as exc:  # metering must never fail the request it meters
             logger.error("could not record usage", error=repr(exc))
 
-    @asynccontextmanager
-    async def failures(self, call: CallRecord) -> AsyncIterator[None]:
+    def failures(self, call: CallRecord) -> MeteredFailures:
         """Around what can refuse or fail a call before it has an answer (admission,
         the upstream call): an ``AronaError`` from it is the call's outcome, metered
         like any other, and raised on for the surface to answer."""
-        try:
-            yield
-        except AronaError as exc:
-            call.failed(exc)
-            await self.record(call)
-            raise
+        return MeteredFailures(self, call)
+
+
+class MeteredFailures:
+    """``Meter.failures``' context. A class rather than ``@asynccontextmanager``: a
+    generator-based one re-raises the error inside its generator (``athrow``) and then
+    again out of ``__aexit__``, two extra unwinds on every failed call, where this one
+    only looks at the error passing through."""
+
+    __slots__ = ("_call", "_meter")
+
+    def __init__(self, meter: Meter, call: CallRecord) -> None:
+        self._meter = meter
+        self._call = call
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, AronaError):
+            self._call.failed(exc)
+            await self._meter.record(self._call)

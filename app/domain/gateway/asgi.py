@@ -9,8 +9,9 @@ Measured in docs/performance.md; the other ``/v1`` routes are ordinary handlers.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
+import msgspec
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
@@ -19,6 +20,7 @@ from app.domain.asgi_stream import send_event_stream
 from app.domain.calls.callers import PROJECT_HEADER_KEY, Caller, CallerResolver
 from app.domain.gateway.parsing import Endpoint, parse_request
 from app.domain.gateway.services import GatewayService
+from app.lib.errors import AronaError
 
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -38,15 +40,23 @@ def _credentials(scope: Scope) -> tuple[str | None, str | None]:
     return authorization, project
 
 
-async def _send_json(send: Send, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
-        }
-    )
+async def _send_json(
+    send: Send, body: bytes, status: int = 200, headers: dict[str, str] | None = None
+) -> None:
+    raw_headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+    if headers:
+        raw_headers += [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
+        ]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _send_error(send: Send, error: AronaError) -> None:
+    """The error shape, answered here rather than raised into Litestar: its exception
+    path (a response object, its headers and render) cost a failed call a third more
+    than a success's whole answer (docs/performance.md, upstream 500/429 path)."""
+    await _send_json(send, msgspec.json.encode(error.body()), error.status_code, error.headers)
 
 
 def gateway_asgi_handlers(
@@ -58,17 +68,24 @@ def gateway_asgi_handlers(
     async def relay(scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
         if scope.get("method") != "POST":
             raise MethodNotAllowedException(headers={"Allow": "POST"})
-        caller = await caller_of(scope)
+        stream: AsyncGenerator[bytes, None] | None = None
         try:
+            caller = await caller_of(scope)
             body = await read_body(receive, max_body_bytes)
+            request = parse_request(body, endpoint)
+            if request.stream:
+                stream = await gateway.open_stream(caller, request)
+            else:
+                content = (await gateway.complete(caller, request, endpoint)).content
         except ClientLeftError:
             return
-        request = parse_request(body, endpoint)
-        if request.stream:
-            await send_event_stream(send, receive, await gateway.open_stream(caller, request))
+        except AronaError as error:  # nothing was sent yet
+            await _send_error(send, error)
             return
-        outcome = await gateway.complete(caller, request, endpoint)
-        await _send_json(send, outcome.content)
+        if stream is not None:
+            await send_event_stream(send, receive, stream)
+        else:
+            await _send_json(send, content)
 
     async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
         await relay(scope, receive, send, "chat")
