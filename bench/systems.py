@@ -65,6 +65,17 @@ class FakeUpstream:
         except httpx.HTTPError as exc:
             raise BenchError(f"the fake upstream refused {switches}: {exc!r}") from exc
 
+    def stats(self) -> dict[str, Any]:
+        """The fake's counters (``GET /__fake/stats``)."""
+        try:
+            with httpx.Client(timeout=5.0, trust_env=False) as client:
+                answer = client.get(f"{self.url}/__fake/stats")
+                answer.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise BenchError(f"the fake upstream's stats could not be read: {exc!r}") from exc
+        stats: dict[str, Any] = answer.json()["stats"]
+        return stats
+
     def as_system(self) -> System:
         # The floor: the same requests straight to the fake, no gateway in between.
         version = f"app.fakes {__version__}"

@@ -5,9 +5,13 @@ front of the fake upstream, once per collector setting under test, interleaved. 
 each setting it drives three loads with wrk (c=64): successful chats, an upstream
 that answers 500, and one that answers 429 with ``Retry-After``. The breaker threshold
 is raised out of reach so every failing call really goes upstream (the relay's error
-path, not the breaker's short answer). A probe loaded into the Arona process
-(``probe/sitecustomize.py``) records every collection's pause. Reported per setting and
-load: requests/s, CPU per request, collections, and the pauses over 20 and 50 ms.
+path, not the breaker's short answer). The cooldown keeps its default: the one backend
+cools after the first failure and is still used (every candidate cooling), so the
+verdict is shared with the other replicas once per cooldown, as in production; a
+cooldown shorter than the interval between calls would share one per request. A probe
+loaded into the Arona process (``probe/sitecustomize.py``) records every collection's
+pause. Reported per setting and load: requests/s, upstream calls per request (1: no
+short answers), CPU per request, collections, and the pauses over 20 and 50 ms.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ class LoadFigures:
     cpu_seconds: float
     started: float
     ended: float
+    upstream_calls: int
+    """Calls the fake answered during the measured run (the breaker and the health
+    probe must not turn the error loads into short answers that never go upstream)."""
     pauses: list[Pause]
 
     def row(self) -> str:
@@ -67,7 +74,8 @@ class LoadFigures:
         over_50 = sum(p.seconds > 0.050 for p in self.pauses)
         return (
             f"| ({self.setting}) | {self.load} | {self.requests / self.seconds:,.0f} | "
-            f"{self.errors:,} | {cpu_ms:.2f} | {len(self.pauses)} | {longest:.1f} | "
+            f"{self.errors:,} | {self.upstream_calls / max(self.requests, 1):.2f} | "
+            f"{cpu_ms:.2f} | {len(self.pauses)} | {longest:.1f} | "
             f"{over_20} | {over_50} |"
         )
 
@@ -82,7 +90,6 @@ class ProbedDeployment(AronaDeployment):
             "ARONA_BENCH_GC_LOG": str(log),
             "ARONA_BENCH_GC_THRESHOLDS": thresholds,
             "ARONA_BREAKER_FAILURE_THRESHOLD": str(10**9),
-            "ARONA_BACKEND_COOLDOWN_SECONDS": "0.001",
         }
 
     def environment(self, port: int) -> dict[str, str]:
@@ -99,7 +106,9 @@ def _read_pauses(log: Path) -> list[Pause]:
     return pauses
 
 
-def measure_setting(setting: str, seconds: float, run_dir: Path, wrk: str) -> list[LoadFigures]:
+def measure_setting(
+    setting: str, seconds: float, run_dir: Path, wrk: str, passes: int
+) -> list[LoadFigures]:
     supervisor = Supervisor()
     log = run_dir / "gc.jsonl"
     deployment = ProbedDeployment(secrets.token_hex(4), log, setting)
@@ -109,14 +118,26 @@ def measure_setting(setting: str, seconds: float, run_dir: Path, wrk: str) -> li
         arona = start_arona(supervisor, deployment, fake, run_dir)
         script = write_script(run_dir, "chat", CHAT_BODY, arona.api_key)
         url = arona.base_url + CHAT_PATH
-        for load, switches in LOADS.items():
+        # The loads alternate within one process, their order flipped every pass, so
+        # a drift of the machine or of the process (warm caches, heap growth) lands on
+        # every load alike instead of on the last one.
+        order = [
+            load
+            for number in range(passes)
+            for load in (list(LOADS) if number % 2 == 0 else list(LOADS)[::-1])
+        ]
+        for load in order:
+            switches = LOADS[load]
             fake.control(reset=True, record_requests=False, **switches)
             run_wrk(wrk, url, script, connections=CONNECTIONS, seconds=2)  # warm-up
+            fake.control(reset=True, record_requests=False, **switches)  # counters from 0
             cpu_before = cpu_seconds(arona.pid)
             started = time.time()
             result = run_wrk(wrk, url, script, connections=CONNECTIONS, seconds=seconds)
             ended = time.time()
             cpu = cpu_seconds(arona.pid) - cpu_before
+            stats = fake.stats()
+            upstream_calls = int(stats["chats"]) + int(stats["failures"])
             figures.append(
                 LoadFigures(
                     setting,
@@ -127,6 +148,7 @@ def measure_setting(setting: str, seconds: float, run_dir: Path, wrk: str) -> li
                     cpu,
                     started,
                     ended,
+                    upstream_calls,
                     [],
                 )
             )
@@ -146,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="per load (default 15)")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds (default 2)")
     parser.add_argument(
+        "--passes", type=int, default=2, help="passes over the loads per process (default 2)"
+    )
+    parser.add_argument(
         "--settings",
         default=DEFAULT_SETTINGS,
         help=f"';'-separated gc.set_threshold arguments (default {DEFAULT_SETTINGS})",
@@ -162,17 +187,17 @@ def main(argv: list[str] | None = None) -> int:
             order = settings if round_number % 2 == 0 else settings[::-1]
             for index, setting in enumerate(order):
                 run_dir = tmp / f"{round_number}-{index}"
-                for figure in measure_setting(setting, args.seconds, run_dir, wrk):
+                for figure in measure_setting(setting, args.seconds, run_dir, wrk, args.passes):
                     rows.append(figure.row())
                     print(rows[-1], flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(
-        "| thresholds | load | req/s | errors | CPU ms/req | collections | longest ms |"
-        " >20 ms | >50 ms |"
+        "| thresholds | load | req/s | errors | upstream calls/req | CPU ms/req | collections |"
+        " longest ms | >20 ms | >50 ms |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     return 0
 
