@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis.crc import key_slot
 
-from app.lib.state.base import ReserveWindow
+from app.lib.state.base import ReserveWindow, UnknownHoldWindowError
 from app.lib.state.fallback import FallbackStateStore, StateStoreUnavailableError
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.memory_holds import WindowHolds
@@ -115,6 +115,22 @@ async def test_concurrent_settle_and_release_of_one_hold_apply_once(harness: Har
     )
     assert results.count(True) == 1
     assert await replicas[0].get("w") == (b"3" if results.index(True) % 2 else b"0")
+
+
+async def test_a_hold_settles_right_wherever_it_was_taken(harness: Harness) -> None:
+    # The id is reused on another replica for other windows: the replica that took
+    # the first hold must settle the hold that exists now, not the one it remembers.
+    a, b = harness.state(), harness.state()
+    assert (await a.reserve([ReserveWindow("x", None, LONG, 5)], "h", LONG)).allowed
+    assert await b.settle("h", {"x": 1})
+    two = [ReserveWindow("y", None, LONG, 4), ReserveWindow("z", None, LONG, 6)]
+    assert (await b.reserve(two, "h", LONG)).allowed
+    with pytest.raises(UnknownHoldWindowError):
+        await a.settle("h", {"x": 2})
+    assert await a.settle("h", {"y": 3})
+    assert [await a.get(k) for k in ("x", "y", "z")] == [b"1", b"3", b"6"]
+    assert not await a.release("h")
+    assert not await b.release("h")
 
 
 # -- Redis layout -------------------------------------------------------------------------

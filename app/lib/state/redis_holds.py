@@ -23,7 +23,8 @@ replicated by their effects (the default since Redis 5).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from redis.asyncio import Redis
@@ -243,7 +244,13 @@ return {current - sum_amounts(KEYS[3], expired, false), held, ttl}
 """
 )
 
+Clock = Callable[[], float]
+
 _SETTLE_ATTEMPTS = 3
+# Holds this process took and has not settled yet (their window keys), so that settle
+# needs one round trip, not two; an entry is only a hint the script checks. Entries
+# past their hold's end are dropped as new ones come, and the oldest beyond this many.
+_KNOWN_MAX = 65_536
 
 
 def _ms(seconds: float, name: str) -> int:
@@ -255,9 +262,11 @@ def _ms(seconds: float, name: str) -> int:
 class RedisHolds:
     """The reservation operations of one ``RedisStateStore`` (same client, prefix)."""
 
-    def __init__(self, client: Redis, prefix: str) -> None:
+    def __init__(self, client: Redis, prefix: str, *, clock: Clock = time.monotonic) -> None:
         self._client = client
         self._prefix = prefix
+        self._clock = clock
+        self._known: dict[str, tuple[float, tuple[str, ...]]] = {}
         self._reserve = client.register_script(_RESERVE)
         self._settle = client.register_script(_SETTLE)
         self._total = client.register_script(_TOTAL)
@@ -298,7 +307,19 @@ class RedisHolds:
             )
             for i, window in enumerate(windows)
         )
+        if reply[0]:
+            self._remember(hold_id, hold_ttl, tuple(self._prefix + w.key for w in windows))
         return MultiWindowDecision(bool(reply[0]), counts)
+
+    def _remember(self, hold_id: str, hold_ttl: float, counters: tuple[str, ...]) -> None:
+        now = self._clock()
+        known = self._known
+        while known:
+            oldest = next(iter(known))
+            if known[oldest][0] >= now and len(known) < _KNOWN_MAX:
+                break
+            del known[oldest]
+        known[hold_id] = (now + hold_ttl, counters)
 
     async def settle(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
         check_hold_id(hold_id)
@@ -311,18 +332,24 @@ class RedisHolds:
 
     async def _finish(self, hold_id: str, actuals: Mapping[str, int], *, release: bool) -> bool:
         hold_key = self._hold_key(hold_id)
+        plen = len(self._prefix)
+        known = self._known.pop(hold_id, None)
         for _ in range(_SETTLE_ATTEMPTS):
             # The record names the windows; the script is then given every key it
             # touches, as Redis Cluster requires, and checks the record still matches.
-            # The store refuses decoding clients, so field names are bytes.
-            record = cast("list[bytes]", await self._client.hkeys(hold_key))
-            if not record:
-                return False
-            counters = [k.decode() for k in record]
-            plen = len(self._prefix)
-            unknown = set(actuals) - {c[plen:] for c in counters}
-            if unknown:
-                raise UnknownHoldWindowError(f"hold {hold_id!r} has no window {min(unknown)!r}")
+            # A hold taken here names them without asking (the usual case).
+            if known is not None and not set(actuals) - {c[plen:] for c in known[1]}:
+                counters: Sequence[str] = known[1]
+            else:
+                # The store refuses decoding clients, so field names are bytes.
+                record = cast("list[bytes]", await self._client.hkeys(hold_key))
+                if not record:
+                    return False
+                counters = [k.decode() for k in record]
+                unknown = set(actuals) - {c[plen:] for c in counters}
+                if unknown:
+                    raise UnknownHoldWindowError(f"hold {hold_id!r} has no window {min(unknown)!r}")
+            known = None
             keys = [hold_key]
             args: list[int | str] = [hold_id]
             for counter in counters:
