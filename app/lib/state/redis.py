@@ -3,9 +3,9 @@
 Multi-step operations (``incr`` with a creation TTL, ``admit``, ``admit_windows``, and
 the reservations in ``redis_holds``) run as Lua because a read-then-write from Python
 would let two replicas both see room in a window and both admit. Scripts are sent with
-EVALSHA (redis-py reloads them after a restart). ``settle`` and ``release`` first read
-the hold's record to name every key their script touches (Redis Cluster wants them
-declared); the script then checks the record is unchanged.
+EVALSHA (redis-py reloads them after a restart). ``settle`` and ``release`` name every
+key their script touches (Redis Cluster wants them declared) from what this process
+reserved, or else read the hold's record first; the script checks the record matches.
 """
 
 from __future__ import annotations
