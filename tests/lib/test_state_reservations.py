@@ -175,6 +175,28 @@ async def test_window_total(store: StateStore) -> None:
     assert 0 < tok.resets_in <= LONG
 
 
+async def test_extend_moves_a_live_holds_end(clocked: Clocked) -> None:
+    store = clocked.replica()
+    assert (await store.reserve([ReserveWindow("w", None, LONG, 5)], "a", LONG)).allowed
+    # Shortened to HOLD, it then expires like any other hold.
+    assert await store.extend("a", HOLD)
+    assert not await store.extend("never-reserved", LONG)
+    with pytest.raises(ValueError, match="hold_ttl"):
+        await store.extend("a", 0)
+    with pytest.raises(ValueError, match="hold_id"):
+        await store.extend("", LONG)
+    if clocked.kind == "memory":  # on Redis this expiry is waited for in the test above
+        await clocked.advance(HOLD_WAIT)
+        assert (await store.window_total("w")).held == 0
+        assert not await store.extend("a", LONG)
+        assert not await store.settle("a", {})
+    else:
+        assert (await store.window_total("w")).held == 5
+        assert await store.release("a")
+        assert not await store.extend("a", LONG)
+    assert (await store.window_total("w")).total == 0
+
+
 async def test_reserve_rejects_bad_arguments(store: StateStore) -> None:
     ok = ReserveWindow("w", 5, LONG, 1)
     cases: list[tuple[list[ReserveWindow], str, float, str]] = [
@@ -210,6 +232,9 @@ async def test_an_expired_hold_stops_counting(clocked: Clocked) -> None:
     dying, survivor = clocked.replica(), clocked.replica()
     window = [ReserveWindow("w", 2, LONG, 2)]
     assert (await dying.reserve(window, "dead", HOLD)).allowed
+    # A live replica's long call keeps its hold alive with ``extend``.
+    assert (await survivor.reserve([ReserveWindow("long", 9, LONG, 4)], "kept", HOLD)).allowed
+    assert await survivor.extend("kept", LONG)
     refused = await survivor.reserve([ReserveWindow("w", 2, LONG, 1)], "s", HOLD)
     assert not refused.allowed
     assert refused.windows[0].current == 2
@@ -221,6 +246,12 @@ async def test_an_expired_hold_stops_counting(clocked: Clocked) -> None:
     assert (gone.total, gone.held) == (0, 0)
     assert not await dying.settle("dead", {"w": 1})
     assert not await dying.release("dead")
+    assert not await dying.extend("dead", LONG)
+    kept = await survivor.window_total("long")
+    assert (kept.total, kept.held) == (4, 4)
+    assert await survivor.settle("kept", {"long": 3})
+    assert not await survivor.extend("kept", LONG)
+    assert await survivor.get("long") == b"3"
     # The next reservation on the window purges the expired hold for good.
     d = await survivor.reserve([ReserveWindow("w", 2, LONG, 1)], "s", LONG)
     assert d.allowed

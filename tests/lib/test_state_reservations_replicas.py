@@ -208,6 +208,8 @@ async def test_fallback_never_reserves_on_local_memory_when_redis_is_unreachable
             await store.settle("h", {"w": 1})
         with pytest.raises(StateStoreUnavailableError, match="release"):
             await store.release("h")
+        with pytest.raises(StateStoreUnavailableError, match="extend"):
+            await store.extend("h", LONG)
         with pytest.raises(StateStoreUnavailableError, match="window_total"):
             await store.window_total("w")
         assert len(store.local) == 0
@@ -225,6 +227,7 @@ async def test_fallback_passes_reservations_and_argument_errors_through(harness:
         await store.reserve([ReserveWindow("w", 5, LONG, -1)], "x", LONG)
     # A caller's mistake is not an outage.
     assert not store.degraded
+    assert await store.extend("h", LONG)
     assert await store.settle("h", {"w": 2})
     assert not await store.release("h")
     assert (await store.window_total("w")).total == 2
@@ -249,6 +252,12 @@ def test_window_holds_purge_only_expired_holds() -> None:
     assert holds.split(20.0) == (0, 3)
     assert holds.purge(30.0) == 3
     assert holds.split(30.0) == (0, 0)
+    # An extended hold outlives its first expiry, whose heap entry turns stale.
+    holds.add("c", 4, 40.0)
+    assert holds.extend("c", 50.0)
+    assert not holds.extend("gone", 50.0)
+    assert holds.purge(45.0) == 0
+    assert holds.purge(50.0) == 4
 
 
 def test_window_holds_stay_bounded_when_settled() -> None:

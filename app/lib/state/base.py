@@ -118,8 +118,7 @@ class WindowTotal:
 def check_reserve(windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: float) -> None:
     """The argument checks both implementations make before ``reserve``."""
     check_hold_id(hold_id)
-    if hold_ttl <= 0:
-        raise ValueError(f"hold_ttl must be positive, got {hold_ttl}")
+    check_hold_ttl(hold_ttl)
     keys = set()
     for window in windows:
         if window.amount < 0:
@@ -131,6 +130,11 @@ def check_reserve(windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: floa
         if window.key in keys:
             raise ValueError(f"window key {window.key!r} given twice")
         keys.add(window.key)
+
+
+def check_hold_ttl(hold_ttl: float) -> None:
+    if hold_ttl <= 0:
+        raise ValueError(f"hold_ttl must be positive, got {hold_ttl}")
 
 
 def check_hold_id(hold_id: str) -> None:
@@ -240,6 +244,13 @@ class StateStore(Protocol):
     async def release(self, hold_id: str) -> bool:
         """Give back everything the hold reserved (the call never reached the
         upstream) and drop it; False, changing nothing, when the hold is unknown."""
+        ...
+
+    async def extend(self, hold_id: str, hold_ttl: float) -> bool:
+        """Make a live hold end ``hold_ttl`` seconds from now (a long call's heartbeat,
+        so that ``hold_ttl`` can stay short and a dead replica's units come back soon).
+        False, changing nothing, when the hold is unknown, expired, or every window it
+        held in has ended. ``ValueError`` for a non-positive ``hold_ttl``."""
         ...
 
     async def window_total(self, key: str) -> WindowTotal:

@@ -15,13 +15,14 @@ Two things are deliberately not served locally:
   ``admit`` (login throttling) does fall back: N replicas allowing N times the attempts
   for the outage still bounds a password guesser, and refusing every login would lock
   everyone out of the console;
-- reservations (``reserve``, ``settle``, ``release``, ``window_total``) raise the same
-  error, for the same reason: a hold is an exact-quota admission. Settling or releasing
-  a hold taken on Redis cannot be done elsewhere either; if Redis comes back with its
-  data, the hold expires after its TTL and gives its units back (the call's actual
-  usage then goes uncounted in the windows), and if it comes back empty, the windows
-  start afresh anyway. A ``reserve`` whose reply was lost (timeout) may have recorded
-  its hold: the caller can ``release`` it later (it is idempotent) or let it expire;
+- reservations (``reserve``, ``settle``, ``release``, ``extend``, ``window_total``)
+  raise the same error, for the same reason: a hold is an exact-quota admission.
+  Settling or releasing a hold taken on Redis cannot be done elsewhere either; if Redis
+  comes back with its data, the hold expires after its TTL and gives its units back
+  (the call's actual usage then goes uncounted in the windows), and if it comes back
+  empty, the windows start afresh anyway. A ``reserve`` whose reply was lost (timeout)
+  may have recorded its hold: the caller can ``release`` it later (it is idempotent)
+  or let it expire;
 - nothing is copied back to Redis on recovery: local pins and verdicts were this
   replica's guesses during the outage, and Redis holds the cluster's.
 
@@ -272,6 +273,9 @@ class FallbackStateStore:
 
     async def release(self, hold_id: str) -> bool:
         return await self._strict("release", lambda: self.shared.release(hold_id))
+
+    async def extend(self, hold_id: str, hold_ttl: float) -> bool:
+        return await self._strict("extend", lambda: self.shared.extend(hold_id, hold_ttl))
 
     async def window_total(self, key: str) -> WindowTotal:
         return await self._strict("window_total", lambda: self.shared.window_total(key))

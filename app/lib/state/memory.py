@@ -24,6 +24,7 @@ from app.lib.state.base import (
     WindowTotal,
     check_actuals,
     check_hold_id,
+    check_hold_ttl,
     check_max_samples,
     check_reserve,
     check_windows,
@@ -264,6 +265,23 @@ class MemoryStateStore:
                 entry.value = b"%d" % (int(self._bytes(key, entry) or b"0") + delta)
         # As on Redis: a hold all of whose windows ended had nothing left to settle.
         return settled
+
+    async def extend(self, hold_id: str, hold_ttl: float) -> bool:
+        check_hold_id(hold_id)
+        check_hold_ttl(hold_ttl)
+        now = self._write_clock()
+        hold = self._live_hold(hold_id, now)
+        if hold is None:
+            return False
+        expires_at = now + hold_ttl
+        extended = False
+        for key in hold.amounts:
+            entry = self._live(key, now)
+            if entry is not None and entry.holds is not None:
+                extended = entry.holds.extend(hold_id, expires_at) or extended
+        if extended:
+            self._holds[hold_id] = Hold(expires_at, hold.amounts)
+        return extended
 
     async def window_total(self, key: str) -> WindowTotal:
         now = self._clock()

@@ -54,6 +54,15 @@ class WindowHolds:
             heapq.heapify(self._expiries)
         return item[0]
 
+    def extend(self, hold_id: str, expires_at: float) -> bool:
+        """Move the hold's end; False when this window does not have it."""
+        item = self._amounts.get(hold_id)
+        if item is None:
+            return False
+        # The old heap entry turns stale (its expiry no longer matches) and is skipped.
+        self.add(hold_id, item[0], expires_at)
+        return True
+
     def purge(self, now: float) -> int:
         """Drop the holds expired at ``now``; the units they held."""
         freed = 0

@@ -237,6 +237,9 @@ class RedisStateStore:
     async def release(self, hold_id: str) -> bool:
         return await self._holds.release(hold_id)
 
+    async def extend(self, hold_id: str, hold_ttl: float) -> bool:
+        return await self._holds.extend(hold_id, hold_ttl)
+
     async def window_total(self, key: str) -> WindowTotal:
         return await self._holds.window_total(key)
 
