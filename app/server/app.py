@@ -33,6 +33,7 @@ from app.domain.dashboard.pages import DASHBOARD_ROUTES
 from app.domain.gateway.asgi import gateway_asgi_handlers
 from app.domain.gateway.controllers import GatewayController
 from app.domain.overrides.controllers import OverrideController
+from app.domain.prices.controllers import PriceAdminController, ProjectPriceController
 from app.domain.profiles.controllers import (
     ModelProfileAdminController,
     ProjectModelsController,
@@ -130,6 +131,8 @@ def create_app(
             QuotaAdminController,
             ProjectQuotaController,
             ProjectUsageController,
+            PriceAdminController,
+            ProjectPriceController,
             ProjectSecretController,
             OverrideController,
             GatewayController,
