@@ -13,10 +13,12 @@ from litestar.response import Template
 
 from app.domain.console.charts import bar_chart, column_chart
 from app.domain.console.tab_support import Forms, FormState, Tab, TabPages, TabScope, parse
+from app.domain.prices import amounts
 from app.domain.quotas.controllers import quota_out
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.schemas import LimitsOut, OwnerQuotaIn, WindowUsageOut
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
+from app.domain.usage.schemas import UsageGroupOut
 from app.domain.usage.services import UsageFilters, UsageRecordService
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
@@ -38,6 +40,10 @@ def _limit(limits: LimitsOut, attr: str) -> int | None:
     return value
 
 
+def _cost(group: UsageGroupOut) -> str:
+    return amounts.label(group.cost_micros, group.currency, estimated=group.cost_estimated)
+
+
 def _days(since: datetime.date, count: int) -> list[str]:
     return [(since + datetime.timedelta(days=i)).isoformat() for i in range(count)]
 
@@ -57,6 +63,7 @@ async def _usage(usage_service: UsageRecordService, project_id: UUID, days: int)
             "requests": by_day[key].requests if key in by_day else 0,
             "tokens": by_day[key].total_tokens if key in by_day else 0,
             "errors": by_day[key].errors if key in by_day else 0,
+            "cost": _cost(by_day[key]) if key in by_day else "0",
         }
         for key in keys
     ]
@@ -70,13 +77,15 @@ async def _usage(usage_service: UsageRecordService, project_id: UUID, days: int)
         "model_rows": models,
         "models_total": len(per_model),
         "totals": totals,
+        "totals_cost": _cost(totals),
+        "model_costs": [_cost(m) for m in models],
         "requests_chart": column_chart(
             [(r["day"], r["requests"]) for r in rows], unit="requests", short_labels=short
         ),
         "tokens_chart": column_chart(
             [(r["day"], r["tokens"]) for r in rows], unit="tokens", short_labels=short
         ),
-        "models_chart": bar_chart([(m.key, m.requests) for m in models], unit="requests"),
+        "models_chart": bar_chart([(m.key or "", m.requests) for m in models], unit="requests"),
     }
 
 

@@ -48,3 +48,11 @@ def _bad(param: str) -> BadRequestError:
         code="invalid_amount",
         param=param,
     )
+
+
+def label(amount: int, currency: str | None, *, estimated: bool = False) -> str:
+    """A summed cost for a page: ``"0.35 USD"``, ``"0.35 (mixed currencies)"``, with
+    ``(estimated in part)`` when any of it was priced from estimated usage."""
+    unit = currency or ("(mixed currencies)" if amount else "")
+    out = f"{text(amount)} {unit}".rstrip()
+    return f"{out} (estimated in part)" if estimated else out
