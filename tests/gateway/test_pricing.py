@@ -16,6 +16,7 @@ from app.domain.prices.book import PLATFORM
 from app.lib.settings import Settings
 from tests.gateway.test_tenancy_calls import custom_llm
 from tests.support.gateway import ADMIN, GatewayEnv, unique
+from tests.support.runtime import runtime_env
 from tests.support.settings import with_settings
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "price me please"}]
@@ -199,3 +200,30 @@ async def test_custom_llm_calls_are_priced_only_by_the_projects_own_prices(
     _, priced = await rows_for(env, model)
     assert priced.cost_micros == chat_cost(priced)
     assert priced.currency == "GBP"
+
+
+async def test_runtime_chat_is_priced_by_its_profile_from_memory(env: GatewayEnv) -> None:
+    runtime = await runtime_env(env)
+    try:
+        base_model = unique("rt-base")
+        await runtime.pool(base_model, [[]])
+        profile = await runtime.profile(base_model)
+        # The profile's price wins over the base model's (the request names the profile).
+        await add_price(env, model=base_model, input="1", output="1")
+        await add_price(env, model=profile, input=INPUT, output=OUTPUT)
+        conversation = await runtime.conversation(provider=profile)
+        book = env.resources.price_book
+        await runtime.chat(conversation)
+        loads = book.loads
+        await runtime.chat(conversation)
+        # Settling read no price from the database: the book answered from memory.
+        assert book.loads == loads
+    finally:
+        await runtime.cleanup()
+    rows = [r for r in await env.usage_rows() if r.conversation_id == conversation]
+    assert len(rows) == 2
+    for row in rows:
+        assert row.endpoint == "runtime_chat"
+        assert row.model_profile_id == profile
+        assert row.completion_tokens > 0
+        assert row.cost_micros == chat_cost(row)
