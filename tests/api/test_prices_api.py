@@ -10,9 +10,15 @@ import datetime
 import uuid
 from typing import Any
 
-from tests.support.api import Client
-from tests.support.conversations import ADMIN, MISSING, both_client, new_tenant
-from tests.support.helpers import assert_error, new_user
+import httpx
+
+from app.domain.prices.book import Price, PriceBook
+from app.lib.settings import Settings
+from tests.support.api import Client, eventually
+from tests.support.conversations import ADMIN, ADMIN_TOKEN, MISSING, both_client, new_tenant
+from tests.support.helpers import assert_error, new_project, new_user
+from tests.support.live_server import live_server
+from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["both_client"]
 
@@ -241,3 +247,60 @@ async def test_a_projects_own_prices_are_its_owners_and_no_one_elses(both_client
     )
     response = await both_client.delete(f"{url}/{future['id']}", headers=tenant.owner)
     assert response.status_code == 204
+
+
+async def test_a_price_change_reaches_every_replica_at_once(
+    pg_settings: Settings, make_app: AppFactory
+) -> None:
+    settings = with_settings(pg_settings, admin_token=ADMIN_TOKEN)
+    app_a, app_b = make_app(settings), make_app(settings)
+    async with (
+        live_server(app_a) as url_a,
+        live_server(app_b) as url_b,
+        httpx.AsyncClient(base_url=url_a) as a,
+        httpx.AsyncClient(base_url=url_b) as b,
+    ):
+        _, owner = await new_user(a, "owner")  # type: ignore[arg-type]
+        project = await new_project(a, owner)  # type: ignore[arg-type]
+        project_id = uuid.UUID(project["id"])
+        book_b: PriceBook = app_b.state.resources.price_book
+        model = model_name()
+
+        async def price_on_b(owner_key: uuid.UUID | None, custom: bool) -> Price | None:
+            now = datetime.datetime.now(datetime.UTC)
+            return await book_b.price_for(model, None, None, None, owner_key, custom, now)
+
+        # B holds "no price" for the platform and for the project, from memory.
+        assert await price_on_b(None, False) is None
+        assert await price_on_b(project_id, True) is None
+        loads = book_b.loads
+        assert await price_on_b(None, False) is None
+        assert book_b.loads == loads
+
+        created = await a.post(
+            ADMIN_URL, json={"model": model, "input": "0.5", "output": 1}, headers=ADMIN
+        )
+        assert created.status_code == 201, created.text
+
+        async def platform_priced_on_b() -> bool:
+            return await price_on_b(None, False) is not None
+
+        await eventually(platform_priced_on_b, within=5.0)
+        mine = await b.post(
+            f"/api/projects/{project['id']}/prices",
+            json={"model": model, "input": 9, "output": 9},
+            headers=owner,
+        )
+        assert mine.status_code == 201, mine.text
+        # B wrote it: B forgets its own table at once; A hears of it over the bus.
+        priced = await price_on_b(project_id, True)
+        assert priced is not None
+        assert priced.input_micros == 9_000_000
+        book_a: PriceBook = app_a.state.resources.price_book
+
+        async def project_priced_on_a() -> bool:
+            now = datetime.datetime.now(datetime.UTC)
+            found = await book_a.price_for(model, None, None, None, project_id, True, now)
+            return found is not None and found.input_micros == 9_000_000
+
+        await eventually(project_priced_on_a, within=5.0)
