@@ -289,6 +289,29 @@ class UsageRecordService(SQLAlchemyAsyncRepositoryService[UsageRecord]):
             offset,
         )
 
+    async def export(
+        self, project_id: UUID, filters: UsageFilters, max_rows: int
+    ) -> Sequence[UsageRecord]:
+        """Every matching record, newest first; more than ``max_rows`` is a 400."""
+        session = self.repository.session
+        where = filters.clauses(project_id)
+        total = int(
+            await session.scalar(select(func.count()).select_from(UsageRecord).where(*where)) or 0
+        )
+        if total > max_rows:
+            raise BadRequestError(
+                f"{total} records match; an export holds at most {max_rows}: "
+                "narrow it with `from` and `to`",
+                code="export_too_large",
+            )
+        statement = (
+            select(UsageRecord)
+            .where(*where)
+            .order_by(UsageRecord.created_at.desc(), UsageRecord.id.desc())
+        )
+        rows: Sequence[UsageRecord] = (await session.scalars(statement)).all()
+        return rows
+
     async def summary(
         self, project_id: UUID, filters: UsageFilters, group_by: GroupBy
     ) -> tuple[list[UsageGroupOut], UsageGroupOut]:
