@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from app.db.models.usage import UsageRecord
 from app.domain.prices.book import PLATFORM
 from app.lib.settings import Settings
-from tests.gateway.test_tenancy_calls import custom_llm
+from tests.gateway.test_tenancy_calls import custom_llm, post
 from tests.support.gateway import ADMIN, GatewayEnv, unique
 from tests.support.runtime import runtime_env
 from tests.support.settings import with_settings
@@ -227,3 +227,37 @@ async def test_runtime_chat_is_priced_by_its_profile_from_memory(env: GatewayEnv
         assert row.model_profile_id == profile
         assert row.completion_tokens > 0
         assert row.cost_micros == chat_cost(row)
+
+
+async def test_override_key_calls_are_priced_by_the_projects_price_and_others_by_the_platforms(
+    env: GatewayEnv,
+) -> None:
+    model = unique("byo")
+    _, url = await env.fake(models=[model])
+    await env.register(unique("keyed"), url, api_key="platform-key")
+    conversation = unique("conv")
+    await post(
+        env, "overrides", {"conversationId": conversation, "modelId": model, "apiKey": "mine"}
+    )
+    await add_price(env, model=model, input="1", output="1")
+    await add_price(
+        env,
+        path=f"/api/projects/{env.project_id}/prices",
+        headers=env.user_headers,
+        model=model,
+        input=INPUT,
+        output=OUTPUT,
+        currency="EUR",
+    )
+    sdk = env.sdk()
+    # With the project's own key: the project's price; without it: the platform's.
+    await sdk.chat.completions.create(
+        model=model, messages=MESSAGES, extra_body={"conversation_id": conversation}
+    )
+    await sdk.chat.completions.create(model=model, messages=MESSAGES)
+    byo, platform = await rows_for(env, model)
+    assert byo.is_override_key is True
+    assert (byo.cost_micros, byo.currency) == (chat_cost(byo), "EUR")
+    assert platform.is_override_key is False
+    tokens = platform.prompt_tokens + platform.completion_tokens
+    assert (platform.cost_micros, platform.currency) == (tokens, "USD")
