@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from app.domain.calls.metering import CallRecord
 from app.domain.prices import amounts
 from app.domain.prices.book import PLATFORM, Price, PriceBook, PriceTable
 from app.lib.errors import BadRequestError
@@ -136,3 +137,30 @@ async def test_tables_are_read_once_per_owner_and_custom_calls_use_only_the_proj
     book.invalidate(project)
     await book.price_for("custom:x", None, None, None, project, True, at)
     assert reads == [PLATFORM, project, project]
+
+
+async def test_a_book_that_cannot_be_read_leaves_calls_unpriced_and_a_stale_table_serves() -> None:
+    failing = False
+
+    async def load(owner: uuid.UUID) -> PriceTable:
+        if failing:
+            raise ConnectionError("database away")
+        return PriceTable([price("m")])
+
+    book = PriceBook(load)
+    call = CallRecord(endpoint="chat", model_requested="m", usage=Usage(1_000_000, 0))
+    assert await book.cost_of(call, T0 + HOUR) == (1_000_000, "USD")
+    failing = True
+    book.invalidate(PLATFORM)
+    # The table held before the change is served while it cannot be read again.
+    assert await book.cost_of(call, T0 + HOUR) == (1_000_000, "USD")
+    project_call = CallRecord(
+        endpoint="chat",
+        model_requested="m",
+        usage=Usage(10, 0),
+        project_id=uuid.uuid4(),
+        is_custom=True,
+    )
+    assert await book.cost_of(project_call, T0 + HOUR) == (None, None)
+    unmetered = CallRecord(endpoint="chat", model_requested="m")
+    assert await book.cost_of(unmetered, T0 + HOUR) == (None, None)

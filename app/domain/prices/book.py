@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ PER_MILLION = 1_000_000
 DEFAULT_MAX_AGE = 60.0
 DEFAULT_MAX_OWNERS = 10_000
 RETRY_AFTER_FAILURE = 5.0
+WARNING_INTERVAL = 60.0
 EMBEDDINGS = "embeddings"
 
 
@@ -182,6 +184,8 @@ class PriceBook:
         )
         self.loads = 0
         """Database reads made (tests check the hot path makes none)."""
+        self._clock = clock
+        self._next_warning = -math.inf
 
     async def _load(self, owner: UUID) -> PriceTable:
         self.loads += 1
@@ -230,7 +234,13 @@ class PriceBook:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            logger.warning("could not read the price book", error=repr(exc))
+            # One line per interval, not one per call, while the database is away.
+            now = self._clock()
+            if now >= self._next_warning:
+                self._next_warning = now + WARNING_INTERVAL
+                logger.warning(
+                    "could not read the price book; calls stay unpriced", error=repr(exc)
+                )
             return None, None
         if price is None:
             return None, None
