@@ -69,8 +69,8 @@ async def test_an_admin_adds_a_price_and_deletes_a_future_one(live: Live, admin:
     ours = {p["currency"]: p for p in listed.json()["items"] if p["model"] == model}
     assert ours["USD"]["input"] == "0.15"
     assert ours["USD"]["cachedInput"] is None
-    assert ours["USD"]["inForceSince"] is True
-    assert ours["EUR"]["inForceSince"] is False
+    assert ours["USD"]["inForce"] is True
+    assert ours["EUR"]["inForce"] is False
     rows = await admin.http.get("/admin/price-rows", headers=HTMX)
     assert f"<code>{model}</code>" in rows.text
     assert f'id="delete-price-{ours["EUR"]["id"]}"' in rows.text

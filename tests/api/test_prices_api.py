@@ -34,7 +34,7 @@ FIELDS = {
     "embedding",
     "currency",
     "effectiveFrom",
-    "inForceSince",
+    "inForce",
     "createdAt",
 }
 
@@ -78,7 +78,7 @@ async def test_admin_creates_lists_gets_edits_and_deletes_a_future_price(
     )
     assert body["currency"] == "USD"
     assert body["projectId"] is None
-    assert body["inForceSince"] is False
+    assert body["inForce"] is False
 
     got = await both_client.get(f"{ADMIN_URL}/{body['id']}", headers=ADMIN)
     assert got.status_code == 200
@@ -118,7 +118,7 @@ async def test_admin_creates_lists_gets_edits_and_deletes_a_future_price(
 
 async def test_a_price_in_force_is_history(both_client: Client) -> None:
     body = await create(both_client, ADMIN_URL, ADMIN, model=model_name(), input=1, output=2)
-    assert body["inForceSince"] is True
+    assert body["inForce"] is True
     url = f"{ADMIN_URL}/{body['id']}"
     error = assert_error(
         await both_client.patch(url, json={"input": "0.5"}, headers=ADMIN), 409, "price_in_force"

@@ -152,8 +152,8 @@ async def test_a_price_change_takes_effect_at_its_time(env: GatewayEnv) -> None:
     second = await add_price(
         env, model=model, input="1", output="1", effectiveFrom=later.isoformat()
     )
-    assert first["inForceSince"] is True
-    assert second["inForceSince"] is False
+    assert first["inForce"] is True
+    assert second["inForce"] is False
 
     await env.sdk().chat.completions.create(model=model, messages=MESSAGES)
     (row,) = await rows_for(env, model)

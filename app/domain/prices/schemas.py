@@ -65,6 +65,6 @@ class PriceOut(Camel):
     embedding: str | None
     currency: str
     effective_from: datetime.datetime
-    in_force_since: bool
+    in_force: bool
     """Whether ``effectiveFrom`` has passed (then the row is history: read only)."""
     created_at: datetime.datetime

@@ -56,7 +56,7 @@ def price_out(row: ModelPrice, now: datetime.datetime | None = None) -> PriceOut
         embedding=optional(row.embedding_micros),
         currency=row.currency,
         effective_from=row.effective_from,
-        in_force_since=row.effective_from <= (now or utcnow()),
+        in_force=row.effective_from <= (now or utcnow()),
         created_at=row.created_at,
     )
 
