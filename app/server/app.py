@@ -45,7 +45,7 @@ from app.domain.quotas.controllers import ProjectQuotaController, QuotaAdminCont
 from app.domain.rpc.routes import rpc_routes
 from app.domain.runtime.controllers import RuntimeController
 from app.domain.secrets.controllers import ProjectSecretController
-from app.domain.usage.controllers import ProjectUsageController
+from app.domain.usage.controllers import AdminUsageController, ProjectUsageController
 from app.domain.video.controllers import VideoGenerationController, VideoPriceAdminController
 from app.lib.components import provided
 from app.lib.logging import configure_logging
@@ -131,6 +131,7 @@ def create_app(
             QuotaAdminController,
             ProjectQuotaController,
             ProjectUsageController,
+            AdminUsageController,
             PriceAdminController,
             ProjectPriceController,
             ProjectSecretController,

@@ -4,13 +4,15 @@ filters as the JSON API, formula-looking cells neutralised, tenancy kept."""
 from __future__ import annotations
 
 import csv
+import datetime
 import io
+import random
 import uuid
 
 from app.domain.usage.entry import UsageEntry
 from tests.api.test_usage_api import KEY_1, seed, utc, write
 from tests.support.api import Client
-from tests.support.conversations import both_client, new_tenant
+from tests.support.conversations import ADMIN, both_client, new_tenant
 from tests.support.helpers import assert_error
 
 __all__ = ["both_client"]
@@ -87,3 +89,58 @@ async def test_cells_a_spreadsheet_would_run_are_neutralised(both_client: Client
     [row] = rows_of((await both_client.get(url, headers=tenant.owner)).content)
     assert row["modelRequested"] == '\'=HYPERLINK("http://evil")'
     assert row["conversationId"] == "'@sum(A1)"
+
+
+async def test_admins_see_spend_per_project_over_the_platform(both_client: Client) -> None:
+    first, second = await new_tenant(both_client), await new_tenant(both_client)
+    # A day of its own, far from other tests' records.
+    day = datetime.date(2031, 1, 1) + datetime.timedelta(days=random.randrange(3000))
+    at = datetime.datetime.combine(day, datetime.time(12), tzinfo=datetime.UTC)
+
+    def spent(project: str | None, micros: int | None) -> UsageEntry:
+        return UsageEntry(
+            project_id=None if project is None else uuid.UUID(project),
+            model_requested="m",
+            endpoint="chat",
+            status=200,
+            total_tokens=10,
+            cost_micros=micros,
+            cost=None if micros is None else micros / 1_000_000,
+            currency=None if micros is None else "USD",
+            created_at=at,
+        )
+
+    await write(
+        both_client,
+        [
+            spent(first.project_id, 100),
+            spent(second.project_id, 2_500_000),
+            spent(second.project_id, 500_000),
+            spent(None, None),
+        ],
+    )
+    window = {"from": day.isoformat(), "to": (day + datetime.timedelta(days=1)).isoformat()}
+    response = await both_client.get("/api/admin/usage/projects", params=window, headers=ADMIN)
+    assert response.status_code == 200, response.text
+    page = response.json()
+    assert (page["total"], page["limit"], page["offset"]) == (3, 50, 0)
+    assert [
+        (p["projectId"], p["requests"], p["costMicros"], p["currency"]) for p in page["items"]
+    ] == [
+        (second.project_id, 2, 3_000_000, "USD"),
+        (first.project_id, 1, 100, "USD"),
+        (None, 1, 0, None),
+    ]
+    assert page["items"][0]["projectName"]
+    assert page["items"][2]["projectName"] is None
+    one = await both_client.get(
+        "/api/admin/usage/projects", params={**window, "limit": 1, "offset": 1}, headers=ADMIN
+    )
+    assert [p["projectId"] for p in one.json()["items"]] == [first.project_id]
+    assert one.json()["total"] == 3
+
+    assert_error(await both_client.get("/api/admin/usage/projects", headers=first.key), 403)
+    bad = await both_client.get(
+        "/api/admin/usage/projects", params={"from": "yesterday"}, headers=ADMIN
+    )
+    assert assert_error(bad, 400, "invalid_filter")["param"] == "from"

@@ -75,3 +75,21 @@ class UsageSummaryOut(Camel):
     group_by: str
     items: list[UsageGroupOut]
     totals: UsageTotals
+
+
+class ProjectSpendOut(Camel):
+    """One project's usage and spend (``GET /api/admin/usage/projects``)."""
+
+    project_id: UUID | None
+    """Null: calls no project paid for."""
+    project_name: str | None
+    """Null for a deleted project (its usage stays) or no project."""
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    errors: int
+    cost: float
+    cost_micros: int
+    currency: str | None
+    cost_estimated: bool
