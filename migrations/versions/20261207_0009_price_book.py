@@ -58,12 +58,11 @@ def upgrade() -> None:
     with op.batch_alter_table("usage_records", schema=None) as batch_op:
         batch_op.add_column(sa.Column("cost_micros", sa.BigInteger(), nullable=True))
         batch_op.add_column(sa.Column("currency", sa.String(length=16), nullable=True))
+        # The server default fills the existing rows, and the rows of replicas still
+        # running the code before this revision (their INSERTs name no such column).
         batch_op.add_column(
             sa.Column("cost_estimated", sa.Boolean(), nullable=False, server_default=sa.false())
         )
-    # The server default only fills the existing rows; new ones always carry the flag.
-    with op.batch_alter_table("usage_records", schema=None) as batch_op:
-        batch_op.alter_column("cost_estimated", server_default=None)
     op.execute(
         "UPDATE usage_records SET cost_micros = CAST(ROUND(cost * 1000000) AS BIGINT) "
         "WHERE cost IS NOT NULL"

@@ -34,8 +34,8 @@ async def _round_trip_0009(url: str, compare_type: bool) -> None:
     settings = base_settings(database_url=url)
     await asyncio.to_thread(upgrade, settings, "0008")
     engine = create_async_engine(url)
-    priced, unpriced = uuid.uuid4(), uuid.uuid4()
-    ids = (priced.hex, unpriced.hex) if url.startswith("sqlite") else (priced, unpriced)
+    made = (uuid.uuid4(), uuid.uuid4(), uuid.uuid4())
+    ids = [u.hex for u in made] if url.startswith("sqlite") else list(made)
     try:
         async with engine.begin() as connection:
             await connection.execute(text(_USAGE_ROW), {"id": ids[0], "cost": 1.234567})
@@ -67,6 +67,18 @@ async def _round_trip_0009(url: str, compare_type: bool) -> None:
                 text("SELECT cost_micros FROM usage_records WHERE cost IS NOT NULL")
             )
             assert micros == 1_234_567
+        # A replica still running the code before 0009 inserts rows without the new
+        # columns: they are taken, unpriced and not estimated.
+        async with engine.begin() as connection:
+            await connection.execute(text(_USAGE_ROW), {"id": ids[2], "cost": None})
+        async with engine.connect() as connection:
+            old_shape = await connection.execute(
+                text(
+                    "SELECT cost_micros, currency, cost_estimated FROM usage_records WHERE id = :id"
+                ),
+                {"id": ids[2]},
+            )
+            assert [tuple(row) for row in old_shape] == [(None, None, False)]
     finally:
         await engine.dispose()
     assert await _autogenerate_diff(url, compare_type) == []

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from advanced_alchemy.base import UUIDBase
 from advanced_alchemy.types import DateTimeUTC
-from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String
+from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.lib.clock import utcnow
@@ -49,7 +49,8 @@ class UsageRecord(UUIDBase):
     cost_micros: Mapped[int | None] = mapped_column(BigInteger, default=None)
     currency: Mapped[str | None] = mapped_column(String(16), default=None)
     # Priced from estimated usage (the upstream reported none).
-    cost_estimated: Mapped[bool] = mapped_column(default=False)
+    # The server default: replicas older than this column insert rows without it.
+    cost_estimated: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime.datetime] = mapped_column(
         DateTimeUTC(timezone=True), default=utcnow, index=True
     )
