@@ -209,6 +209,7 @@ def writes(tenant: Tenant, ids: dict[str, str]) -> list[tuple[str, dict[str, str
         (f"{b}/overrides", {"conversationId": "c", "modelId": "m", "apiKey": OVERRIDE_KEY}),
         (f"{b}/overrides/{ids['override']}/delete", {}),
         (f"{b}/quota", {"perMinute": "5"}),
+        (f"{b}/prices", {"model": "custom:x", "input": "1", "output": "1"}),
         (f"{b}/api-keys", {"name": "k"}),
         (f"{b}/api-keys/{ids['key']}/revoke", {}),
         (f"{b}/runtime-tokens", {"name": "t"}),
