@@ -2,9 +2,9 @@
 
 Every surface collects a ``CallRecord`` while its call runs (``/v1`` chat and
 embeddings, the runtime chat, video jobs) and turns it into the same ``UsageEntry``:
-the request path hands it to the ``UsageSink`` through ``Meter`` (which never fails
-the call it meters); video jobs write it as a row in the transaction that makes the
-job final (``usage_row``).
+the request path hands it to the ``UsageSink`` through ``Meter`` (which prices it at
+settle with its ``CallPricer`` and never fails the call it meters); video jobs
+write it as a row in the transaction that makes the job final (``usage_row``).
 """
 
 from __future__ import annotations
@@ -93,9 +93,8 @@ class CallRecord:
         """What the call cost (None: unpriced); estimated when its usage was."""
         self.cost_micros = cost_micros
         self.currency = None if cost_micros is None else currency
-        self.cost_estimated = (
-            cost_micros is not None and self.usage is not None and (self.usage.estimated)
-        )
+        estimated = self.usage is not None and self.usage.estimated
+        self.cost_estimated = cost_micros is not None and estimated
 
     def entry(self, *, latency_ms: int, created_at: datetime.datetime | None = None) -> UsageEntry:
         usage = self.usage or Usage()
