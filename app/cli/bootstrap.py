@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import secrets
@@ -16,6 +17,7 @@ from sqlalchemy import select
 
 from app.db.config import build_db_config
 from app.db.models import ApiKey, Project, RuntimeToken, User
+from app.db.models.prices import ModelPrice
 from app.db.models.profiles import ModelProfile
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
 from app.domain.accounts.services import RUNTIME_AUDIENCE, UserService, normalize_email
@@ -225,6 +227,47 @@ async def ensure_demo_profiles(db_config: SQLAlchemyAsyncConfig) -> list[str]:
     return [profile.id for profile in added]
 
 
+DEMO_PRICES_FROM = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+DEMO_PRICES: tuple[tuple[str, int, int | None, int, int | None], ...] = (
+    # model, input, cached input, output, embedding: micro-units per million tokens.
+    (DEMO_CHAT_MODEL, 150_000, 75_000, 600_000, None),
+    (DEMO_EMBEDDING_MODEL, 20_000, None, 0, 20_000),
+    (DEMO_POOL_MODEL, 100_000, None, 300_000, None),
+    (DEMO_ENGINE_MODEL, 50_000, None, 200_000, None),
+)
+
+
+async def ensure_demo_prices(db_config: SQLAlchemyAsyncConfig) -> list[str]:
+    """Platform prices for the demo models that have none, in force since the start of
+    2026, so usage shows cost at once; returns the models priced. Written directly
+    (history can only be seeded, never written through the API)."""
+    models = [price[0] for price in DEMO_PRICES]
+    async with db_config.get_session() as session:
+        priced = set(
+            await session.scalars(
+                select(ModelPrice.model).where(
+                    ModelPrice.model.in_(models), ModelPrice.project_id.is_(None)
+                )
+            )
+        )
+        added = [
+            ModelPrice(
+                model=model,
+                input_micros=input_micros,
+                cached_input_micros=cached,
+                output_micros=output,
+                embedding_micros=embedding,
+                currency="USD",
+                effective_from=DEMO_PRICES_FROM,
+            )
+            for model, input_micros, cached, output, embedding in DEMO_PRICES
+            if model not in priced
+        ]
+        session.add_all(added)
+        await session.commit()
+    return [price.model for price in added]
+
+
 async def ensure_demo_runtime_token(
     db_config: SQLAlchemyAsyncConfig,
     settings: Settings,
@@ -319,6 +362,7 @@ async def ensure_demo(
             created_by=admin.id,
         )
         await ensure_demo_profiles(db_config)
+        await ensure_demo_prices(db_config)
         return DemoCredentials(
             admin_email=DEMO_ADMIN_EMAIL,
             admin_password=stored["admin_password"],

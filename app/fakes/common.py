@@ -58,6 +58,7 @@ class FakeControl:
     ``reject_stream_options``: answer 400 to a request carrying ``stream_options``, as
     some strict OpenAI-compatible servers do. ``retry_after``: the ``Retry-After``
     header of the ``fail_status`` answers (a throttling upstream's 429).
+    ``cached_tokens``: prompt tokens reported as served from a prompt cache.
     """
 
     models: list[str]
@@ -74,6 +75,9 @@ class FakeControl:
     record_requests: bool = True
     reject_stream_options: bool = False
     retry_after: str | None = None
+    cached_tokens: int = 0
+    """Reported as ``usage.prompt_tokens_details.cached_tokens`` of chat answers (at
+    most the prompt's tokens) when not 0."""
 
 
 class ControlPatch(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -94,6 +98,7 @@ class ControlPatch(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     record_requests: bool | msgspec.UnsetType = msgspec.UNSET
     reject_stream_options: bool | msgspec.UnsetType = msgspec.UNSET
     retry_after: str | msgspec.UnsetType | None = msgspec.UNSET
+    cached_tokens: int | msgspec.UnsetType = msgspec.UNSET
 
 
 @dataclass(slots=True)

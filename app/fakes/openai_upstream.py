@@ -81,11 +81,14 @@ class FakeOpenAI(FakeUpstream):
         model = str(body.get("model", ""))
         pieces = split_pieces(self.reply_text(), self.control.chunks)
         prompt = prompt_tokens(messages)
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": len(pieces),
             "total_tokens": prompt + len(pieces),
         }
+        if self.control.cached_tokens:
+            cached = min(self.control.cached_tokens, prompt)
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         if body.get("stream") is True:
             self.stats.streams += 1
             options = body.get("stream_options")
@@ -123,7 +126,7 @@ class FakeOpenAI(FakeUpstream):
         completion_id: str,
         model: str,
         pieces: list[str],
-        usage: dict[str, int] | None,
+        usage: dict[str, Any] | None,
         *,
         include_usage: bool,
     ) -> Iterator[bytes]:

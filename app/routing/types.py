@@ -107,6 +107,9 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     estimated: bool = False
+    cached_tokens: int = 0
+    """Of ``prompt_tokens``, those the upstream served from its prompt cache
+    (``prompt_tokens_details.cached_tokens``); priced at the cached-input price."""
 
     @property
     def total_tokens(self) -> int:

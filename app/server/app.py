@@ -33,6 +33,7 @@ from app.domain.dashboard.pages import DASHBOARD_ROUTES
 from app.domain.gateway.asgi import gateway_asgi_handlers
 from app.domain.gateway.controllers import GatewayController
 from app.domain.overrides.controllers import OverrideController
+from app.domain.prices.controllers import PriceAdminController, ProjectPriceController
 from app.domain.profiles.controllers import (
     ModelProfileAdminController,
     ProjectModelsController,
@@ -44,7 +45,7 @@ from app.domain.quotas.controllers import ProjectQuotaController, QuotaAdminCont
 from app.domain.rpc.routes import rpc_routes
 from app.domain.runtime.controllers import RuntimeController
 from app.domain.secrets.controllers import ProjectSecretController
-from app.domain.usage.controllers import ProjectUsageController
+from app.domain.usage.controllers import AdminUsageController, ProjectUsageController
 from app.domain.video.controllers import VideoGenerationController, VideoPriceAdminController
 from app.lib.components import provided
 from app.lib.logging import configure_logging
@@ -130,6 +131,9 @@ def create_app(
             QuotaAdminController,
             ProjectQuotaController,
             ProjectUsageController,
+            AdminUsageController,
+            PriceAdminController,
+            ProjectPriceController,
             ProjectSecretController,
             OverrideController,
             GatewayController,

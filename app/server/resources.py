@@ -46,6 +46,8 @@ from app.domain.gateway.services import GatewayService
 from app.domain.overrides.index import OverrideIndex
 from app.domain.overrides.sync import OverrideSync
 from app.domain.overrides.wiring import OverridesWiring
+from app.domain.prices.book import PriceBook
+from app.domain.prices.wiring import PricesWiring
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.profiles.sync import ProfileSync
 from app.domain.profiles.wiring import ProfilesWiring
@@ -137,6 +139,8 @@ class Resources:
     quota_gate: QuotaGate
     """``await quota_gate.check(project_id)`` before an upstream call; see its module."""
     quota_sync: QuotaSync
+    price_book: PriceBook
+    """What calls cost, from memory (``app.domain.prices.book``); the meter's pricer."""
     routing: RoutingService
     gateway: GatewayService
     failover_control: FailoverControl
@@ -241,6 +245,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         db_config=db_config, state_store=state_store, bus=bus, registry=metrics.registry
     )
     profiles = ProfilesWiring(db_config=db_config, bus=bus)
+    prices = PricesWiring(db_config=db_config, bus=bus)
     custom = CustomLlmsWiring(
         settings, db_config=db_config, vault=vault, bus=bus, catalog=profiles.catalog
     )
@@ -290,6 +295,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         conversations=ConversationStore(db_config),
         usage=usage.writer,
         admission=admission,
+        prices=prices.book,
     )
     # Start-up and tasks in this order, stop and close in reverse (docs/architecture.md,
     # "Wiring"): the core closes last, after usage has drained into the database.
@@ -301,6 +307,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         custom,
         overrides,
         quotas,
+        prices,
         usage,
         web,
         agents,
@@ -333,7 +340,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         instance_id=instance_id,
         metrics=metrics,
         routing=routing.routing,
-        gateway=GatewayService(routing.routing, usage.writer, admission),
+        gateway=GatewayService(routing.routing, usage.writer, admission, prices.book),
         runtime_chat=runtime_chat,
         video_poller=video.poller,
     )

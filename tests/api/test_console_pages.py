@@ -209,6 +209,7 @@ def writes(tenant: Tenant, ids: dict[str, str]) -> list[tuple[str, dict[str, str
         (f"{b}/overrides", {"conversationId": "c", "modelId": "m", "apiKey": OVERRIDE_KEY}),
         (f"{b}/overrides/{ids['override']}/delete", {}),
         (f"{b}/quota", {"perMinute": "5"}),
+        (f"{b}/prices", {"model": "custom:x", "input": "1", "output": "1"}),
         (f"{b}/api-keys", {"name": "k"}),
         (f"{b}/api-keys/{ids['key']}/revoke", {}),
         (f"{b}/runtime-tokens", {"name": "t"}),
@@ -482,6 +483,9 @@ async def test_quota_limits_and_usage_charts(site: Site, tenant: Tenant) -> None
                 endpoint="chat",
                 status=200,
                 total_tokens=tokens,
+                cost_micros=tokens * 1_000,
+                currency="USD",
+                cost_estimated=model == "llama",
                 created_at=today - datetime.timedelta(days=days_ago),
             )
         )
@@ -492,6 +496,10 @@ async def test_quota_limits_and_usage_charts(site: Site, tenant: Tenant) -> None
     assert 'class="bar"' in page.text
     assert "style=" not in page.text
     assert "3 requests, 180 tokens" in page.text
+    # Exact cost with its currency; a sum with an estimated part says so.
+    assert "cost 0.18 USD (estimated in part)." in page.text
+    assert "<td>0.15 USD</td>" in page.text
+    assert "<td>0.03 USD (estimated in part)</td>" in page.text
     week = await owner.get(f"{b}/tabs/quota", days="7")
     assert "Usage since" in week.text
 

@@ -52,12 +52,27 @@ def _entries(project_id: uuid.UUID, now: datetime.datetime) -> list[UsageEntry]:
         return UsageEntry(**{**base, **fields})
 
     return [
-        entry(1, prompt_tokens=1200, completion_tokens=800, total_tokens=2000, cost=0.1),
-        entry(2, endpoint="video", cost=0.25, backend="minimax"),
+        entry(
+            1,
+            prompt_tokens=1200,
+            completion_tokens=800,
+            total_tokens=2000,
+            cost=0.1,
+            cost_micros=100_000,
+            currency="USD",
+        ),
+        entry(
+            2,
+            endpoint="video",
+            cost=0.25,
+            cost_micros=250_000,
+            currency="USD",
+            backend="minimax",
+        ),
         entry(3, status=502, error_code="bad_gateway", prompt_tokens=7, total_tokens=7),
         entry(4, status=429, error_code="quota_exceeded", model_requested="gpt-b"),
         # Outside the last 24 hours: in neither answer.
-        entry(48, prompt_tokens=5, total_tokens=5, cost=9.0),
+        entry(48, prompt_tokens=5, total_tokens=5, cost=9.0, cost_micros=9_000_000, currency="USD"),
     ]
 
 
@@ -102,6 +117,9 @@ async def test_the_dashboard_totals_are_the_usage_api_totals(
             "totalTokens": 2007,
             "errors": 2,
             "cost": 0.35,
+            "costMicros": 350_000,
+            "currency": "USD",
+            "costEstimated": False,
         }
 
         async with resources.db_config.get_session() as session:
@@ -128,8 +146,8 @@ async def test_the_dashboard_totals_are_the_usage_api_totals(
             "Prompt tokens": f"{totals['promptTokens']:,}",
             "Completion tokens": f"{totals['completionTokens']:,}",
             "Errors": f"{totals['errors']:,}",
-            "Cost": "0.35",
+            "Cost": "0.35 USD",
         }
         # The per-project table carries the cost column too.
         assert '<th scope="col">Cost</th>' in page.text
-        assert '<td data-label="Cost">0.35</td>' in page.text
+        assert '<td data-label="Cost">0.35 USD</td>' in page.text

@@ -54,6 +54,9 @@ RECORD_FIELDS = {
     "isCustom",
     "isOverrideKey",
     "cost",
+    "costMicros",
+    "currency",
+    "costEstimated",
     "createdAt",
 }
 KEY_1 = uuid.UUID("11111111-1111-4111-8111-111111111111")
@@ -116,6 +119,8 @@ async def seed(client: Client) -> Seeded:
             ttft_ms=40,
             streamed=True,
             cost=0.1,
+            cost_micros=100_000,
+            currency="USD",
         ),
         entry("2026-01-02T00:10:00", status=429, error_code="quota_exceeded"),
         entry(
@@ -127,6 +132,9 @@ async def seed(client: Client) -> Seeded:
             completion_tokens=50,
             total_tokens=150,
             cost=0.25,
+            cost_micros=250_000,
+            currency="USD",
+            cost_estimated=True,
         ),
         entry(
             "2026-01-03T08:00:00",
@@ -199,8 +207,13 @@ async def test_records_newest_first_in_camel_case(both_client: Client) -> None:
         "isCustom": False,
         "isOverrideKey": False,
         "cost": 0.1,
+        "costMicros": 100_000,
+        "currency": "USD",
+        "costEstimated": False,
     }
     assert page["items"][0]["cost"] is None  # unpriced
+    assert page["items"][0]["costMicros"] is None
+    assert page["items"][0]["currency"] is None
     created = datetime.datetime.fromisoformat(oldest["createdAt"].replace("Z", "+00:00"))
     assert created == utc("2026-01-01T23:30:00")
 
@@ -258,6 +271,9 @@ async def test_summary_per_day_in_utc(both_client: Client) -> None:
             "totalTokens": 15,
             "errors": 0,
             "cost": 0.1,
+            "costMicros": 100_000,
+            "currency": "USD",
+            "costEstimated": False,
         },
         {
             "key": "2026-01-02",
@@ -267,6 +283,9 @@ async def test_summary_per_day_in_utc(both_client: Client) -> None:
             "totalTokens": 150,
             "errors": 1,
             "cost": 0.25,
+            "costMicros": 250_000,
+            "currency": "USD",
+            "costEstimated": True,
         },
         {
             "key": "2026-01-03",
@@ -276,6 +295,9 @@ async def test_summary_per_day_in_utc(both_client: Client) -> None:
             "totalTokens": 31,
             "errors": 1,
             "cost": 0.0,
+            "costMicros": 0,
+            "currency": None,
+            "costEstimated": False,
         },
     ]
     assert body["totals"] == {
@@ -285,6 +307,9 @@ async def test_summary_per_day_in_utc(both_client: Client) -> None:
         "totalTokens": 196,
         "errors": 2,
         "cost": 0.35,
+        "costMicros": 350_000,
+        "currency": "USD",
+        "costEstimated": True,
     }
     # groupBy defaults to day.
     assert await summary(both_client, seeded) == body
@@ -313,7 +338,32 @@ async def test_summary_per_model_with_filters(both_client: Client) -> None:
         "totalTokens": 0,
         "errors": 0,
         "cost": 0.0,
+        "costMicros": 0,
+        "currency": None,
+        "costEstimated": False,
     }
+
+
+@pytest.mark.parametrize(
+    ("group_by", "expected"),
+    [
+        ("profile", [(None, 3, 250_000), ("p1", 1, 100_000), ("p2", 1, 0)]),
+        ("backend", [(None, 4, 250_000), ("b1", 1, 100_000)]),
+        ("apiKey", [(None, 3, 250_000), (str(KEY_1), 1, 100_000), (str(KEY_2), 1, 0)]),
+        ("conversation", [(None, 3, 0), ("c1", 1, 100_000), ("c2", 1, 250_000)]),
+    ],
+)
+async def test_spend_per_profile_backend_api_key_and_conversation(
+    both_client: Client, group_by: str, expected: list[tuple[str | None, int, int]]
+) -> None:
+    seeded = await seed(both_client)
+    body = await summary(both_client, seeded, f"groupBy={group_by}")
+    assert body["groupBy"] == group_by
+    assert [(g["key"], g["requests"], g["costMicros"]) for g in body["items"]] == expected
+    for group in body["items"]:
+        assert group["currency"] == ("USD" if group["costMicros"] else None)
+        assert group["cost"] == group["costMicros"] / 1_000_000
+    assert body["totals"]["costMicros"] == 350_000
 
 
 async def test_day_buckets_ignore_the_session_time_zone(pg_client: Client) -> None:

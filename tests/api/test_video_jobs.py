@@ -145,6 +145,8 @@ async def test_a_job_runs_to_done_with_its_url_cost_usage_and_events(
     assert (usage.status, usage.error_code, usage.backend) == (200, None, backend)
     assert str(usage.project_id) == tenant.project_id
     assert usage.cost == pytest.approx(0.7)
+    # Its own pricing mode, on the exact columns every usage record has.
+    assert (usage.cost_micros, usage.currency, usage.cost_estimated) == (700_000, "USD", False)
 
     # Every change was published, in order, with progress never going back.
     statuses = [e["status"] for e in events]
@@ -587,6 +589,8 @@ async def test_a_job_runs_on_sqlite_too(
         assert (done["status"], done["cost"]) == ("done", 1.0)
         [usage] = await usage_rows(video_sqlite_settings, tenant.key_id, model)
         assert (usage.status, usage.cost, usage.endpoint) == (200, 1.0, "video.generations")
+        # A video price without a currency is in the platform's default.
+        assert (usage.cost_micros, usage.currency) == (1_000_000, "USD")
 
 
 def _out(body: dict[str, Any]) -> VideoJobOut:

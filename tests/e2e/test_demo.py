@@ -72,13 +72,27 @@ def _reply(client: openai.OpenAI, model: str, content: str, *, stream: bool = Fa
 
 
 def test_demo_chat_works_out_of_the_box_with_the_openai_sdk(demo_server):
-    base, key, *_ = demo_server
+    base, key, project_id, *_ = demo_server
     # The bundled upstream is registered fail-closed and probed at start-up.
     client = _client_once_listed(base, key, "demo-chat")
     assert "demo-upstream" in _reply(client, "demo-chat", "Hello")
     assert "demo-upstream" in _reply(client, "demo-chat", "Hello", stream=True)
     embedded = client.embeddings.create(model="demo-embed", input="hello")
     assert embedded.data[0].embedding
+    # The demo's price book prices them at once (records reach the database in batches).
+    url = f"{base}/api/projects/{project_id}/usage"
+    deadline = time.monotonic() + 10
+    while True:
+        items = httpx.get(url, headers={"Authorization": f"Bearer {key}"}).json()["items"]
+        if len(items) >= 3:
+            break
+        assert time.monotonic() < deadline, items
+        time.sleep(0.2)
+    assert {item["modelRequested"] for item in items} == {"demo-chat", "demo-embed"}
+    for item in items:
+        assert item["currency"] == "USD", item
+        assert item["costMicros"] is not None, item
+        assert item["cost"] == item["costMicros"] / 1_000_000
 
 
 def test_demo_registers_the_reference_engine_and_chats_through_it(demo_server):

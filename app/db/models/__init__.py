@@ -3,6 +3,7 @@
 from app.db.models.accounts import RefreshToken, TokenRevocation, User
 from app.db.models.agents import AgentDeployment, AgentNode
 from app.db.models.conversations import Conversation, ConversationMessage, FallbackPin
+from app.db.models.prices import ModelPrice
 from app.db.models.profiles import ModelProfile, PlatformSetting, ProjectProfileSettings
 from app.db.models.projects import ApiKey, Project, ProjectMember, RuntimeToken
 from app.db.models.routing import BackendConfig, ModelAlias
@@ -20,6 +21,7 @@ __all__ = [
     "CustomLlm",
     "FallbackPin",
     "ModelAlias",
+    "ModelPrice",
     "ModelProfile",
     "OverrideKey",
     "PlatformSetting",

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from advanced_alchemy.base import UUIDBase
 from advanced_alchemy.types import DateTimeUTC
-from sqlalchemy import ForeignKey, Index, Numeric, String
+from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.lib.clock import utcnow
@@ -42,8 +42,15 @@ class UsageRecord(UUIDBase):
     # Traffic that does not count against the project's quota.
     is_custom: Mapped[bool] = mapped_column(default=False)
     is_override_key: Mapped[bool] = mapped_column(default=False)
-    # What the call cost where it is priced (video generations); None when unpriced.
+    # What the call cost, None when unpriced. ``cost_micros`` is the exact amount in
+    # micro-units of ``currency``; ``cost`` (a float in Python) is the same amount,
+    # kept for the readers and sums that predate it.
     cost: Mapped[float | None] = mapped_column(Numeric(18, 6, asdecimal=False), default=None)
+    cost_micros: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    currency: Mapped[str | None] = mapped_column(String(16), default=None)
+    # Priced from estimated usage (the upstream reported none).
+    # The server default: replicas older than this column insert rows without it.
+    cost_estimated: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime.datetime] = mapped_column(
         DateTimeUTC(timezone=True), default=utcnow, index=True
     )

@@ -2,9 +2,9 @@
 
 Every surface collects a ``CallRecord`` while its call runs (``/v1`` chat and
 embeddings, the runtime chat, video jobs) and turns it into the same ``UsageEntry``:
-the request path hands it to the ``UsageSink`` through ``Meter`` (which never fails
-the call it meters); video jobs write it as a row in the transaction that makes the
-job final (``usage_row``).
+the request path hands it to the ``UsageSink`` through ``Meter`` (which prices it at
+settle with its ``CallPricer`` and never fails the call it meters); video jobs
+write it as a row in the transaction that makes the job final (``usage_row``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import msgspec
@@ -33,6 +33,8 @@ logger = structlog.get_logger()
 CLIENT_CLOSED_STATUS = 499
 """The status of a call whose client went away before it finished (nginx's 499)."""
 CLIENT_CLOSED_CODE = "client_closed"
+MICROS = 1_000_000
+"""Micro-units in one unit of a currency."""
 
 
 @dataclass(slots=True)
@@ -57,7 +59,10 @@ class CallRecord:
     ttft_ms: int | None = None
     is_custom: bool = False
     is_override_key: bool = False
-    cost: float | None = None
+    cost_micros: int | None = None
+    """What the call cost in micro-units of ``currency`` (None: unpriced)."""
+    currency: str | None = None
+    cost_estimated: bool = False
 
     def charged_to(self, caller: Caller) -> None:
         self.project_id = caller.project_id
@@ -84,13 +89,21 @@ class CallRecord:
         if relay.first_byte_at is not None:
             self.ttft_ms = int((relay.first_byte_at - self.started) * 1000)
 
+    def priced(self, cost_micros: int | None, currency: str | None) -> None:
+        """What the call cost (None: unpriced); estimated when its usage was."""
+        self.cost_micros = cost_micros
+        self.currency = None if cost_micros is None else currency
+        estimated = self.usage is not None and self.usage.estimated
+        self.cost_estimated = cost_micros is not None and estimated
+
     def entry(self, *, latency_ms: int, created_at: datetime.datetime | None = None) -> UsageEntry:
         usage = self.usage or Usage()
         # The call's own fields by name (the entry's ``id`` is new); the counts from
-        # its usage.
+        # its usage; ``cost`` is the exact amount as the float readers before it use.
         return copied(
             UsageEntry,
             self,
+            cost=None if self.cost_micros is None else self.cost_micros / MICROS,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             total_tokens=usage.total_tokens,
@@ -106,14 +119,26 @@ def usage_row(entry: UsageEntry) -> dict[str, Any]:
     return msgspec.structs.asdict(entry)
 
 
+class CallPricer(Protocol):
+    """What the meter prices a call with (``app.domain.prices.PriceBook``)."""
+
+    async def cost_of(
+        self, call: CallRecord, at: datetime.datetime
+    ) -> tuple[int | None, str | None]:
+        """The call's cost in micro-units and its currency at ``at``; ``(None, None)``
+        when no price applies. From memory in steady state; never raises."""
+        ...
+
+
 class Meter:
     """Records calls through the request path's ``UsageSink``; latency on ``clock``."""
 
-    __slots__ = ("_clock", "_sink")
+    __slots__ = ("_clock", "_prices", "_sink")
 
-    def __init__(self, sink: UsageSink, clock: Clock) -> None:
+    def __init__(self, sink: UsageSink, clock: Clock, prices: CallPricer | None = None) -> None:
         self._sink = sink
         self._clock = clock
+        self._prices = prices
 
     def now(self) -> float:
         return self._clock()
@@ -121,7 +146,10 @@ class Meter:
     async def record(self, call: CallRecord) -> None:
         try:
             latency_ms = int((self._clock() - call.started) * 1000)
-            await self._sink.record(call.entry(latency_ms=latency_ms))
+            at = utcnow()
+            if self._prices is not None and call.usage is not None:
+                call.priced(*await self._prices.cost_of(call, at))
+            await self._sink.record(call.entry(latency_ms=latency_ms, created_at=at))
         except Exception as exc:  # metering must never fail the request it meters
             logger.error("could not record usage", error=repr(exc))
 

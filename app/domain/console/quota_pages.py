@@ -5,6 +5,7 @@ days (per day and per model), as server-drawn charts beside their tables."""
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -13,16 +14,23 @@ from litestar.response import Template
 
 from app.domain.console.charts import bar_chart, column_chart
 from app.domain.console.tab_support import Forms, FormState, Tab, TabPages, TabScope, parse
+from app.domain.prices import amounts
+from app.domain.prices.schemas import PriceIn
+from app.domain.prices.services import ModelPriceService, price_out
 from app.domain.quotas.controllers import quota_out
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.schemas import LimitsOut, OwnerQuotaIn, WindowUsageOut
 from app.domain.quotas.services import ProjectQuotaService, WindowValues
+from app.domain.usage.schemas import UsageGroupOut
 from app.domain.usage.services import UsageFilters, UsageRecordService
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
 
 KEY = "quota"
 FORM = "owner-limits"
+PRICE_FORM = "own-price"
+PRICE_FIELDS = ("model", "input", "cachedInput", "output", "currency")
+PRICES_SHOWN = 100
 PERIODS = (7, 30, 90)
 DEFAULT_DAYS = 30
 MODELS_SHOWN = 12
@@ -36,6 +44,10 @@ WINDOWS = (
 def _limit(limits: LimitsOut, attr: str) -> int | None:
     value: int | None = getattr(limits, attr)
     return value
+
+
+def _cost(group: UsageGroupOut) -> str:
+    return amounts.label(group.cost_micros, group.currency, estimated=group.cost_estimated)
 
 
 def _days(since: datetime.date, count: int) -> list[str]:
@@ -57,6 +69,7 @@ async def _usage(usage_service: UsageRecordService, project_id: UUID, days: int)
             "requests": by_day[key].requests if key in by_day else 0,
             "tokens": by_day[key].total_tokens if key in by_day else 0,
             "errors": by_day[key].errors if key in by_day else 0,
+            "cost": _cost(by_day[key]) if key in by_day else "0",
         }
         for key in keys
     ]
@@ -70,23 +83,24 @@ async def _usage(usage_service: UsageRecordService, project_id: UUID, days: int)
         "model_rows": models,
         "models_total": len(per_model),
         "totals": totals,
+        "totals_cost": _cost(totals),
+        "model_costs": [_cost(m) for m in models],
         "requests_chart": column_chart(
             [(r["day"], r["requests"]) for r in rows], unit="requests", short_labels=short
         ),
         "tokens_chart": column_chart(
             [(r["day"], r["tokens"]) for r in rows], unit="tokens", short_labels=short
         ),
-        "models_chart": bar_chart([(m.key, m.requests) for m in models], unit="requests"),
+        "models_chart": bar_chart([(m.key or "", m.requests) for m in models], unit="requests"),
     }
 
 
 async def _context(
     scope: TabScope,
-    quotas_service: ProjectQuotaService,
-    quota_gate: QuotaGate,
-    usage_service: UsageRecordService,
+    services: TabServices,
     days: int,
 ) -> dict[str, Any]:
+    quotas_service, quota_gate = services.quotas, services.gate
     project_id = scope.project.id
     row = await quotas_service.of_project(project_id)
     quota = await quota_out(project_id, row, quota_gate)
@@ -105,11 +119,14 @@ async def _context(
             }
         )
     current = {w["wire"]: "" if w["owner"] is None else str(w["owner"]) for w in windows}
+    prices, _ = await services.prices.page_of(project_id, PRICES_SHOWN, 0)
+    now = utcnow()
     return {
         "windows": windows,
         "fail_closed": quota.fail_closed,
-        "forms": Forms({FORM: FormState(values=current)}),
-        **await _usage(usage_service, project_id, days),
+        "forms": Forms({FORM: FormState(values=current), PRICE_FORM: FormState(values=_blank())}),
+        "prices": [price_out(row, now) for row in prices],
+        **await _usage(services.usage, project_id, days),
     }
 
 
@@ -117,15 +134,23 @@ def _period(days: int | None) -> int:
     return days if days in PERIODS else DEFAULT_DAYS
 
 
-def _tab(
-    scope: TabScope,
-    quotas_service: ProjectQuotaService,
-    quota_gate: QuotaGate,
-    usage_service: UsageRecordService,
-    days: int,
-) -> Tab:
+@dataclass(frozen=True, slots=True)
+class TabServices:
+    """What the tab reads: the quota, its live windows, usage and the own prices."""
+
+    quotas: ProjectQuotaService
+    gate: QuotaGate
+    usage: UsageRecordService
+    prices: ModelPriceService
+
+
+def _blank() -> dict[str, str]:
+    return {"currency": "USD"}
+
+
+def _tab(scope: TabScope, services: TabServices, days: int) -> Tab:
     """The tab with the usage of the last ``days``."""
-    return scope.tab(KEY, lambda: _context(scope, quotas_service, quota_gate, usage_service, days))
+    return scope.tab(KEY, lambda: _context(scope, services, days))
 
 
 class QuotaTab(TabPages):
@@ -136,11 +161,13 @@ class QuotaTab(TabPages):
         project_quotas_service: ProjectQuotaService,
         quota_gate: QuotaGate,
         usage_records_service: UsageRecordService,
+        prices_service: ModelPriceService,
         days: int | None = None,
     ) -> Template:
-        return await _tab(
-            tab_scope, project_quotas_service, quota_gate, usage_records_service, _period(days)
-        ).show()
+        services = TabServices(
+            project_quotas_service, quota_gate, usage_records_service, prices_service
+        )
+        return await _tab(tab_scope, services, _period(days)).show()
 
     @post("/quota")
     async def set_owner_limits(
@@ -150,12 +177,16 @@ class QuotaTab(TabPages):
         project_quotas_service: ProjectQuotaService,
         quota_gate: QuotaGate,
         usage_records_service: UsageRecordService,
+        prices_service: ModelPriceService,
     ) -> Template:
         tab_scope.require_project("change the project's quota")
         form = await tab_scope.form()
         values = form.texts(*(wire for wire, _, _, _ in WINDOWS))
         days = _period(int(form.text("days")) if form.text("days").isdigit() else None)
-        tab = _tab(tab_scope, project_quotas_service, quota_gate, usage_records_service, days)
+        services = TabServices(
+            project_quotas_service, quota_gate, usage_records_service, prices_service
+        )
+        tab = _tab(tab_scope, services, days)
         try:
             data = parse(OwnerQuotaIn, {k: (v or None) for k, v in values.items()})
             await project_quotas_service.set_owner_limits(
@@ -164,3 +195,30 @@ class QuotaTab(TabPages):
         except AronaError as exc:
             return await tab.refuse(FORM, exc, values, values)
         return await tab.show("Your limits are saved.")
+
+    @post("/prices")
+    async def add_own_price(
+        self,
+        tab_scope: TabScope,
+        project_id: UUID,
+        project_quotas_service: ProjectQuotaService,
+        quota_gate: QuotaGate,
+        usage_records_service: UsageRecordService,
+        prices_service: ModelPriceService,
+    ) -> Template:
+        """A price of the project's own (its custom LLMs and override-key calls)."""
+        tab_scope.require_project("set the project's prices")
+        form = await tab_scope.form()
+        values = form.texts(*PRICE_FIELDS)
+        days = _period(int(form.text("days")) if form.text("days").isdigit() else None)
+        services = TabServices(
+            project_quotas_service, quota_gate, usage_records_service, prices_service
+        )
+        tab = _tab(tab_scope, services, days)
+        body = {name: value for name, value in values.items() if value}
+        try:
+            data = parse(PriceIn, body)
+            row = await prices_service.add(project_id, data)
+        except AronaError as exc:
+            return await tab.refuse(PRICE_FORM, exc, PRICE_FIELDS, values)
+        return await tab.show(f"Price of {row.model} added.")

@@ -34,6 +34,7 @@ SECTIONS = (
     ("failover", "/admin/failover", "Failover"),
     ("projects", "/admin/projects", "Projects and quotas"),
     ("usage", "/admin/usage", "Usage"),
+    ("prices", "/admin/prices", "Prices"),
 )
 _LIST_SPLIT = re.compile(r"[,\n]")
 _FIELD_IN_PATH = re.compile(r"at `\$\.([A-Za-z_]+)")

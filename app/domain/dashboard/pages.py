@@ -20,6 +20,7 @@ Routes::
     GET  /admin/projects?page=    GET /admin/projects/{id}/row | /admin/projects/{id}/quota
     POST /admin/projects/{id}/quota
     GET  /admin/usage?period=24h|7d|30d
+    GET  /admin/prices | /admin/price-rows        POST /admin/prices    DELETE /admin/prices/{id}
     GET  /admin/stream/backends   GET /admin/stream/failover     (text/event-stream)
     GET  /admin/agents      POST /admin/agents      DELETE /admin/agents/{id}
     POST /admin/agent-deployments                 POST /admin/agent-deployments/{id}/stop
@@ -56,6 +57,7 @@ from app.domain.dashboard.common import (
 from app.domain.dashboard.failover_pages import FailoverPages
 from app.domain.dashboard.failover_views import status_views
 from app.domain.dashboard.feeds import BackendsFeed, FailoverFeed
+from app.domain.dashboard.price_pages import PricePages
 from app.domain.dashboard.profile_pages import ProfilePages
 from app.domain.dashboard.project_pages import ProjectQuotaPages, UsagePages
 from app.domain.dashboard.stream import EventStreamResponse, Feed, feed_events
@@ -180,6 +182,7 @@ DASHBOARD_ROUTES: tuple[ControllerRouterHandler, ...] = (
     FailoverPages,
     ProjectQuotaPages,
     UsagePages,
+    PricePages,
     AgentPages,
     VideoPages,
 )

@@ -15,6 +15,7 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Project, UsageRecord
+from app.domain.prices import amounts
 from app.domain.usage.schemas import UsageGroupOut
 from app.domain.usage.services import (
     UsageFilters,
@@ -45,16 +46,19 @@ class Totals:
     total_tokens: int = 0
     errors: int = 0
     cost: float = 0.0
+    cost_micros: int = 0
+    currency: str | None = None
+    cost_estimated: bool = False
 
     @property
     def cost_text(self) -> str:
-        """The cost as the usage API gives it (up to 6 decimals), without trailing zeros."""
-        return f"{self.cost:,.6f}".rstrip("0").rstrip(".")
+        """The exact cost (up to 6 decimals, no trailing zeros) and its currency."""
+        return amounts.label(self.cost_micros, self.currency, estimated=self.cost_estimated)
 
     @classmethod
     def of(cls, label: str, sums: UsageGroupOut) -> Totals:
         return cls(
-            key=sums.key,
+            key=sums.key or "",
             label=label,
             requests=sums.requests,
             prompt_tokens=sums.prompt_tokens,
@@ -62,6 +66,9 @@ class Totals:
             total_tokens=sums.total_tokens,
             errors=sums.errors,
             cost=sums.cost,
+            cost_micros=sums.cost_micros,
+            currency=sums.currency,
+            cost_estimated=sums.cost_estimated,
         )
 
 

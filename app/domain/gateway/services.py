@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 
 from app.domain.calls.admission import Admission, CallAdmission
 from app.domain.calls.callers import Caller
-from app.domain.calls.metering import CallRecord, Meter
+from app.domain.calls.metering import CallPricer, CallRecord, Meter
 from app.domain.calls.streaming import StreamSteps, metered_stream
 from app.domain.gateway.parsing import Endpoint, GatewayRequest, ListedModelOut
 from app.domain.usage.entry import UsageSink
@@ -56,11 +56,17 @@ class _HoldDone(StreamSteps):
 
 
 class GatewayService:
-    def __init__(self, routing: RoutingService, usage: UsageSink, admission: CallAdmission) -> None:
+    def __init__(
+        self,
+        routing: RoutingService,
+        usage: UsageSink,
+        admission: CallAdmission,
+        prices: CallPricer | None = None,
+    ) -> None:
         self.routing = routing
         self.usage = usage
         self.admission = admission
-        self.meter = Meter(usage, routing.clock)
+        self.meter = Meter(usage, routing.clock, prices)
 
     async def list_models(self, caller: Caller) -> list[ListedModelOut]:
         shared = [ListedModelOut(m.id, m.owned_by) for m in self.routing.list_models()]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from app.domain.calls.admission import CallAdmission
-from app.domain.calls.metering import Meter
+from app.domain.calls.metering import CallPricer, Meter
 from app.domain.calls.streaming import metered_stream
 from app.domain.profiles.catalog import ProfileCatalog
 from app.domain.runtime.conversation_store import ConversationStore
@@ -49,6 +49,7 @@ class RuntimeChatService:
         conversations: ConversationStore,
         usage: UsageSink,
         admission: CallAdmission,
+        prices: CallPricer | None = None,
     ) -> None:
         self._routing = routing
         self._deps = ChatDeps(
@@ -58,7 +59,7 @@ class RuntimeChatService:
             failover=failover,
             conversations=conversations,
             admission=admission,
-            meter=Meter(usage, routing.clock),
+            meter=Meter(usage, routing.clock, prices),
         )
         self._preparer = ChatPreparer(self._deps)
 

@@ -42,7 +42,12 @@ class UsageEntry(msgspec.Struct, frozen=True, kw_only=True):
     is_override_key: bool = False
     """Sent with the project's BYO override key (outside the quota)."""
     cost: float | None = None
-    """What the call cost where it is priced (video generations); None when unpriced."""
+    """``cost_micros`` as a float amount (what readers before the price book read)."""
+    cost_micros: int | None = None
+    """What the call cost in micro-units of ``currency``; None when unpriced."""
+    currency: str | None = None
+    cost_estimated: bool = False
+    """Priced from estimated usage (the upstream reported none)."""
     created_at: datetime.datetime = msgspec.field(default_factory=utcnow)
     id: UUID = msgspec.field(default_factory=uuid7)
 

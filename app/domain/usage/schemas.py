@@ -30,7 +30,12 @@ class UsageRecordOut(Camel):
     is_custom: bool
     is_override_key: bool
     cost: float | None
-    """What the call cost where it is priced (video generations)."""
+    """What the call cost in ``currency`` (None: unpriced); ``costMicros`` exactly."""
+    cost_micros: int | None
+    """The cost in micro-units of ``currency`` (1 = 0.000001)."""
+    currency: str | None
+    cost_estimated: bool
+    """Priced from estimated usage (the upstream reported none)."""
     created_at: datetime.datetime
 
 
@@ -42,20 +47,49 @@ class UsageTotals(Camel):
     errors: int
     cost: float
     """The sum of priced calls' costs (unpriced calls count 0)."""
+    cost_micros: int
+    """The same sum, exact, in micro-units."""
+    currency: str | None
+    """The currency of the priced calls; null when none is priced or they are priced in
+    several currencies (then the sums add amounts of different currencies)."""
+    cost_estimated: bool
+    """Whether any of the summed costs was priced from estimated usage."""
 
 
 class UsageGroupOut(Camel):
-    key: str
-    """The day (``YYYY-MM-DD``, UTC) or the requested model name."""
+    key: str | None
+    """The day (``YYYY-MM-DD``, UTC), the requested model, the profile id, the backend,
+    the API key id or the conversation id; null for calls without one."""
     requests: int
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     errors: int
     cost: float
+    cost_micros: int
+    currency: str | None
+    cost_estimated: bool
 
 
 class UsageSummaryOut(Camel):
     group_by: str
     items: list[UsageGroupOut]
     totals: UsageTotals
+
+
+class ProjectSpendOut(Camel):
+    """One project's usage and spend (``GET /api/admin/usage/projects``)."""
+
+    project_id: UUID | None
+    """Null: calls no project paid for."""
+    project_name: str | None
+    """Null for a deleted project (its usage stays) or no project."""
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    errors: int
+    cost: float
+    cost_micros: int
+    currency: str | None
+    cost_estimated: bool

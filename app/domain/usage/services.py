@@ -35,8 +35,8 @@ from app.domain.queries import count_and_page
 from app.domain.usage.schemas import UsageGroupOut
 from app.lib.errors import BadRequestError
 
-GroupBy = Literal["day", "model"]
-GROUP_BY: tuple[GroupBy, ...] = ("day", "model")
+GroupBy = Literal["day", "model", "profile", "backend", "apiKey", "conversation"]
+GROUP_BY: tuple[GroupBy, ...] = ("day", "model", "profile", "backend", "apiKey", "conversation")
 FILTER_PARAMS = frozenset(
     {
         "from",
@@ -176,11 +176,27 @@ def _status(raw: str) -> int | Literal["success", "error"]:
 
 
 def parse_group_by(raw: str | None) -> GroupBy:
-    if raw is None or raw == "day":
+    if raw is None:
         return "day"
-    if raw == "model":
-        return "model"
-    raise _bad("groupBy", "`groupBy` must be `day` or `model`")
+    for group_by in GROUP_BY:
+        if raw == group_by:
+            return group_by
+    raise _bad("groupBy", f"`groupBy` must be one of {', '.join(GROUP_BY)}")
+
+
+def group_key(group_by: GroupBy) -> ColumnElement[Any]:
+    """The column a summary groups by."""
+    r = UsageRecord
+    if group_by == "day":
+        return utc_day(r.created_at)
+    column = {
+        "model": r.model_requested,
+        "profile": r.model_profile_id,
+        "backend": r.backend,
+        "apiKey": r.api_key_id,
+        "conversation": r.conversation_id,
+    }[group_by]
+    return column.expression
 
 
 class utc_day(FunctionElement[str]):
@@ -221,13 +237,23 @@ def usage_sums() -> list[Any]:
         func.coalesce(func.sum(r.total_tokens), 0).label("total_tokens"),
         func.coalesce(func.sum(case((r.status >= 400, 1), else_=0)), 0).label("errors"),
         func.coalesce(func.sum(r.cost), 0).label("cost"),
+        func.coalesce(func.sum(r.cost_micros), 0).label("cost_micros"),
+        func.coalesce(func.sum(case((r.cost_estimated.is_(True), 1), else_=0)), 0).label(
+            "estimated_costs"
+        ),
+        # One currency when the lowest and the highest agree (NULLs are not counted).
+        func.min(r.currency).label("currency_low"),
+        func.max(r.currency).label("currency_high"),
     ]
 
 
-def aggregate(key: str, row: Any) -> UsageGroupOut:
+def aggregate(key: str | None, row: Any) -> UsageGroupOut:
     """A ``UsageGroupOut`` from a row that selected ``usage_sums()``."""
     return UsageGroupOut(
         key=key,
+        cost_micros=int(row.cost_micros),
+        currency=row.currency_low if row.currency_low == row.currency_high else None,
+        cost_estimated=int(row.estimated_costs) > 0,
         requests=int(row.requests),
         prompt_tokens=int(row.prompt_tokens),
         completion_tokens=int(row.completion_tokens),
@@ -263,21 +289,45 @@ class UsageRecordService(SQLAlchemyAsyncRepositoryService[UsageRecord]):
             offset,
         )
 
+    async def export(
+        self, project_id: UUID, filters: UsageFilters, max_rows: int
+    ) -> Sequence[UsageRecord]:
+        """Every matching record, newest first; more than ``max_rows`` is a 400."""
+        session = self.repository.session
+        where = filters.clauses(project_id)
+        total = int(
+            await session.scalar(select(func.count()).select_from(UsageRecord).where(*where)) or 0
+        )
+        if total > max_rows:
+            raise BadRequestError(
+                f"{total} records match; an export holds at most {max_rows}: "
+                "narrow it with `from` and `to`",
+                code="export_too_large",
+            )
+        statement = (
+            select(UsageRecord)
+            .where(*where)
+            .order_by(UsageRecord.created_at.desc(), UsageRecord.id.desc())
+        )
+        rows: Sequence[UsageRecord] = (await session.scalars(statement)).all()
+        return rows
+
     async def summary(
         self, project_id: UUID, filters: UsageFilters, group_by: GroupBy
     ) -> tuple[list[UsageGroupOut], UsageGroupOut]:
-        """Per day (oldest first) or per model (busiest first), and the totals."""
+        """Per day (oldest first) or per model, profile, backend, API key or
+        conversation (busiest first; calls without one are the group ``None``), and
+        the totals."""
         session = self.repository.session
         where = filters.clauses(project_id)
-        key: ColumnElement[str] = (
-            utc_day(UsageRecord.created_at)
-            if group_by == "day"
-            else UsageRecord.model_requested.expression
-        )
+        key = group_key(group_by)
         statement = select(key.label("key"), *usage_sums()).where(*where).group_by(key)
         if group_by == "day":
             statement = statement.order_by(key)
         else:
-            statement = statement.order_by(func.count().desc(), key)
-        groups = [aggregate(str(row.key), row) for row in await session.execute(statement)]
+            statement = statement.order_by(func.count().desc(), key.asc().nulls_last())
+        groups = [
+            aggregate(None if row.key is None else str(row.key), row)
+            for row in await session.execute(statement)
+        ]
         return groups, await sum_usage(session, where)

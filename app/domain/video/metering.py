@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from app.db.models import VideoJob
-from app.domain.calls.metering import CLIENT_CLOSED_STATUS, CallRecord
+from app.domain.calls.metering import CLIENT_CLOSED_STATUS, MICROS, CallRecord
 from app.domain.calls.metering import usage_row as entry_row
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
@@ -28,6 +28,8 @@ STATUS_DONE = 200
 STATUS_CANCELLED = CLIENT_CLOSED_STATUS
 STATUS_FAILED = 502
 STATUS_TIMED_OUT = 504
+DEFAULT_CURRENCY = "USD"
+"""A video price without a currency is in the platform's (the price book's default)."""
 
 
 def usage_row(
@@ -36,6 +38,7 @@ def usage_row(
     status: int,
     error_code: str | None = None,
     cost: float | None = None,
+    currency: str | None = None,
     backend: str | None = None,
     model_served: str | None = None,
 ) -> dict[str, Any]:
@@ -52,8 +55,9 @@ def usage_row(
         model_served=model_served or job.model_served,
         status=status,
         error_code=None if error_code is None else error_code[:64],
-        cost=cost,
     )
+    # Video keeps its own pricing modes; the amount joins the exact columns as well.
+    record.priced(None if cost is None else round(cost * MICROS), currency or DEFAULT_CURRENCY)
     latency_ms = max(0, int((now - started).total_seconds() * 1000))
     return entry_row(record.entry(latency_ms=latency_ms, created_at=now))
 

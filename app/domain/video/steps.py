@@ -179,7 +179,12 @@ class JobStepper:
         now = utcnow()
 
         def usage(row: VideoJob) -> dict[str, Any]:
-            return metering.usage_row(row, status=metering.STATUS_DONE, cost=cost)
+            return metering.usage_row(
+                row,
+                status=metering.STATUS_DONE,
+                cost=cost,
+                currency=None if price is None else price.currency,
+            )
 
         await self._write(
             job,

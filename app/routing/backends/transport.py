@@ -40,14 +40,23 @@ PROBE_TIMEOUT_REASON = f"timeout after {PROBE_TIMEOUT_SECONDS}s"
 logger = structlog.get_logger()
 
 
+class PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class UsageFields(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_tokens_details: PromptDetails | None = None
 
     def to_usage(self) -> Usage | None:
         if self.prompt_tokens is None and self.completion_tokens is None:
             return None  # an empty object is no report at all
-        return Usage(self.prompt_tokens or 0, self.completion_tokens or 0)
+        prompt = self.prompt_tokens or 0
+        details = self.prompt_tokens_details
+        cached = 0 if details is None or details.cached_tokens is None else details.cached_tokens
+        # Never more cached tokens than the prompt had (a confused upstream).
+        return Usage(prompt, self.completion_tokens or 0, cached_tokens=max(0, min(cached, prompt)))
 
 
 class ProbeAnswer(NamedTuple):
