@@ -32,6 +32,12 @@ class ApiKeySync:
             },
         )
 
+    async def updated(self, key_hash: str, key: ActiveApiKey) -> None:
+        """The key's governance changed (expiry, limits): this replica holds the new
+        one at once; the others read the key again when the event arrives."""
+        self._index.add(key_hash, key)
+        await self._bus.publish(CHANNEL, {"kind": "updated", "hash": key_hash})
+
     async def revoked(self, key_hash: str) -> None:
         self._index.remove(key_hash)
         await self._bus.publish(CHANNEL, {"kind": "revoked", "hash": key_hash})
@@ -79,4 +85,18 @@ class ApiKeySync:
                 if ready is not None:
                     ready.set()
             async for event in events:
-                self.apply(event)
+                await self.receive(event)
+
+    async def receive(self, event: dict[str, object]) -> None:
+        """``apply``, plus the one kind that needs a database read (an update)."""
+        if event.get("kind") != "updated":
+            self.apply(event)
+            return
+        try:
+            await self._index.refresh(str(event["hash"]))
+        except KeyError:
+            logger.warning("ignoring malformed api key event", kind="updated")
+        except Exception as exc:
+            if not is_database_outage(exc):
+                raise
+            logger.warning("api key update not re-read: database unreachable")
