@@ -164,11 +164,11 @@ class ApiKeyIndex:
         self._removals += 1
         _apply(self._active, change)
 
-    async def refresh(self, key_hash: str) -> None:
-        """Another replica changed this key's governance: read it again (a key that is
-        gone or revoked meanwhile leaves the index). A failed read keeps what is held
-        until the periodic reload."""
-        if key_hash not in self._active:
+    async def refresh(self, key_hash: str, *, created: bool = False) -> None:
+        """Another replica created this key or changed its governance: read it (a key
+        that is gone or revoked meanwhile leaves the index). A failed read keeps what
+        is held until the periodic reload. Only held keys are re-read on a change."""
+        if not created and key_hash not in self._active:
             return
         removals = self._removals
         found = await self._lookup_one(key_hash)

@@ -88,14 +88,17 @@ class ApiKeySync:
                 await self.receive(event)
 
     async def receive(self, event: dict[str, object]) -> None:
-        """``apply``, plus the one kind that needs a database read (an update)."""
-        if event.get("kind") != "updated":
+        """``apply``, except for the kinds whose governance is read from the database
+        (a new key, an update): events carry no more than the key's hash and ids, so
+        a key is never held without its limits, even for a moment."""
+        kind = event.get("kind")
+        if kind not in ("created", "updated"):
             self.apply(event)
             return
         try:
-            await self._index.refresh(str(event["hash"]))
+            await self._index.refresh(str(event["hash"]), created=kind == "created")
         except KeyError:
-            logger.warning("ignoring malformed api key event", kind="updated")
+            logger.warning("ignoring malformed api key event", kind=kind)
         except Exception as exc:
             if not is_database_outage(exc):
                 raise
