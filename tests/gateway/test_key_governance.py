@@ -275,6 +275,11 @@ async def test_another_tenants_key_cannot_be_read_or_edited(env: GatewayEnv) -> 
         assert _error(patched)["type"] == "not_found_error"
         assert (await env.http.get(url, headers=stranger)).status_code == 404
     assert (await env.http.get(mine, headers=env.user_headers)).json()["rpm"] == 3
+    revoked = await env.http.delete(mine, headers=env.user_headers)
+    assert revoked.status_code == 204
+    edited = await env.http.patch(mine, json={"rpm": 1}, headers=env.user_headers)
+    assert edited.status_code == 409
+    assert _error(edited)["code"] == "revoked"
 
 
 async def test_a_runtime_token_expiry_can_only_move_earlier(env: GatewayEnv) -> None:
