@@ -177,6 +177,31 @@ async def test_a_runtime_token_lists_and_calls_only_its_allowed_models(
 # --------------------------------------------------------------------------- rpm
 
 
+async def test_a_runtime_token_rpm_refuses_the_runtime_chat(
+    env: GatewayEnv, rt: RuntimeEnv
+) -> None:
+    model = unique("rtrpm")
+    await rt.pool(model, [[]])
+    profile = await rt.profile(model)
+    response = await env.http.post(
+        f"/api/projects/{env.project_id}/runtime-tokens",
+        json={"name": "slow", "rpm": 1},
+        headers=env.user_headers,
+    )
+    assert response.status_code == 201, response.text
+    headers = bearer(response.json()["token"])
+    conversation = await rt.conversation()
+    first = await rt.chat(conversation, headers=headers, modelProfileId=profile)
+    assert first.status == 200
+    second = await rt.chat(conversation, headers=headers, modelProfileId=profile)
+    assert second.status == 429
+    assert second.body["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(second.headers["retry-after"]) <= 60
+    # The project's other runtime token is not held back.
+    other = await rt.chat(conversation, modelProfileId=profile)
+    assert other.status == 200
+
+
 async def test_a_key_rpm_refuses_with_429_and_is_metered(env: GatewayEnv) -> None:
     _, url = await env.fake("rpm", models=["rpm-model"])
     await env.register(unique("rpm"), url)
