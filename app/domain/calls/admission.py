@@ -83,7 +83,7 @@ class CallAdmission:
         runtime profile's id besides its model). The key's allowed models are matched
         against ``requested`` (what the client asked for) when given, else against
         ``model`` and ``also_known_as``."""
-        if key is not None:
+        if key is not None and key.policy.limits_models:
             allow_model(key, requested or (model, *also_known_as))
         name = parse_llm_id(model)
         if name is not None:
@@ -106,7 +106,7 @@ class CallAdmission:
         """A video job: no custom LLM or override key serves one, so the project's
         quota and the key's own limits decide (403 for a model the key may not call,
         429 when a window is spent); a user's own job counts against none."""
-        if key is not None and model is not None:
+        if key is not None and model is not None and key.policy.limits_models:
             allow_model(key, (model,))
         if project_id is not None:
             await self._reserve_key(project_id, key, project_quota=True)

@@ -89,7 +89,7 @@ class ChatPreparer:
             # The key may call what was asked for (the profile or its base model);
             # where pins or failover then send it is the project's own policy.
             asked = (profile.id, profile.base_model)
-            if key is not None:
+            if key is not None and key.policy.limits_models:
                 allow_model(key, asked)
             # A priority conversation stays where its owner put it: no pin moves it.
             pinned = (
