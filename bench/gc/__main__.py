@@ -90,6 +90,10 @@ class ProbedDeployment(AronaDeployment):
             "ARONA_BENCH_GC_LOG": str(log),
             "ARONA_BENCH_GC_THRESHOLDS": thresholds,
             "ARONA_BREAKER_FAILURE_THRESHOLD": str(10**9),
+            # The fake fails its model listing too: a health round during an error
+            # load would take the backend out and turn every call into a short answer
+            # (the "upstream calls/req" column shows it). Only the start-up probe runs.
+            "ARONA_HEALTH_INTERVAL_SECONDS": "86400",
         }
 
     def environment(self, port: int) -> dict[str, str]:

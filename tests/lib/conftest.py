@@ -14,7 +14,7 @@ import pytest
 
 from app.lib.events.base import EventBus
 from app.lib.state.base import StateStore
-from tests.support.state_harness import BACKENDS, Harness
+from tests.support.state_harness import BACKENDS, Clocked, Harness
 
 
 @pytest.fixture(params=BACKENDS)
@@ -32,3 +32,8 @@ def store(harness: Harness) -> StateStore:
 @pytest.fixture
 def bus(harness: Harness) -> EventBus:
     return harness.bus()
+
+
+@pytest.fixture
+def clocked(harness: Harness) -> Clocked:
+    return Clocked(harness)

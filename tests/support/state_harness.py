@@ -3,6 +3,7 @@ contract run against each implementation."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from uuid import uuid4
 
@@ -61,3 +62,25 @@ class Harness:
                 await client.delete(*keys)
         for client in self._clients:
             await client.aclose()
+
+
+class Clocked:
+    """Replicas of one shared state plus a way to let time pass: a fake clock on the
+    memory store (instant), real waiting on Redis, whose server clock judges expiry."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.kind = harness.kind
+        self._harness = harness
+        self._now = 0.0
+        self._memory = MemoryStateStore(clock=lambda: self._now)
+
+    def replica(self) -> StateStore:
+        if self.kind == "memory":
+            return self._memory
+        return self._harness.state()
+
+    async def advance(self, seconds: float) -> None:
+        if self.kind == "memory":
+            self._now += seconds
+        else:
+            await asyncio.sleep(seconds)

@@ -8,11 +8,17 @@ never over-admit.
 
 Keys are plain strings; implementations add their own namespace prefix.
 Values are bytes (callers encode with msgspec).
+
+Reservations (``reserve`` / ``settle`` / ``release``) hold units in windows for the
+length of a call: counted against the limit while the call runs, then replaced by
+what the call actually used. A hold that is never settled (its replica was killed)
+expires after its own TTL and stops counting, with no background task: whoever
+touches the window next discounts it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -83,6 +89,74 @@ def check_windows(windows: Sequence[WindowLimit], amount: int) -> None:
         keys.add(window.key)
 
 
+@dataclass(frozen=True, slots=True)
+class ReserveWindow:
+    """One window of a reservation (``StateStore.reserve``), with its own amount."""
+
+    key: str
+    limit: int | None
+    """Most units the window may hold; ``None`` counts without a limit."""
+    ttl: float
+    """Seconds the window lasts, counted from the call that creates its key."""
+    amount: int
+    """Units to hold (1 request, N estimated tokens, M micro-units); 0 only counts."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowTotal:
+    """What a window holds now (``StateStore.window_total``), expired holds discounted."""
+
+    key: str
+    total: int
+    """Settled units plus the amounts of live holds (0 when the window is closed)."""
+    held: int
+    """The part of ``total`` still reserved by live holds (calls in flight)."""
+    resets_in: float | None
+    """Seconds until the window ends; ``None`` when no window is open."""
+
+
+def check_reserve(windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: float) -> None:
+    """The argument checks both implementations make before ``reserve``."""
+    check_hold_id(hold_id)
+    check_hold_ttl(hold_ttl)
+    keys = set()
+    for window in windows:
+        if window.amount < 0:
+            raise ValueError(f"amount must be at least 0, got {window.amount}")
+        if window.ttl <= 0:
+            raise ValueError(f"ttl must be positive, got {window.ttl}")
+        if window.limit is not None and window.limit < 0:
+            raise ValueError(f"limit must be None or at least 0, got {window.limit}")
+        if window.key in keys:
+            raise ValueError(f"window key {window.key!r} given twice")
+        keys.add(window.key)
+
+
+def check_hold_ttl(hold_ttl: float) -> None:
+    if hold_ttl <= 0:
+        raise ValueError(f"hold_ttl must be positive, got {hold_ttl}")
+
+
+def check_hold_id(hold_id: str) -> None:
+    if not hold_id:
+        raise ValueError("hold_id must not be empty")
+
+
+def check_actuals(actuals: Mapping[str, int]) -> None:
+    """The argument check both implementations make before ``settle``."""
+    for key, amount in actuals.items():
+        if amount < 0:
+            raise ValueError(f"actual amount for {key!r} must be at least 0, got {amount}")
+
+
+class HoldInUseError(ValueError):
+    """``reserve`` was given the id of a hold that is still live."""
+
+
+class UnknownHoldWindowError(ValueError):
+    """``settle`` named a window the hold did not reserve in."""
+
+
 def check_max_samples(max_samples: int) -> None:
     """The argument check both implementations make before ``push_sample``."""
     if max_samples < 1:
@@ -128,6 +202,60 @@ class StateStore(Protocol):
         concurrent callers (on any replica) never push a window past its limit.
         ``amount`` must be positive and keys distinct; no windows: allowed, no call.
         """
+        ...
+
+    async def reserve(
+        self, windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: float
+    ) -> MultiWindowDecision:
+        """Atomically add each window's ``amount`` to it, or change nothing.
+
+        The windows' rule is ``admit_windows``'s (same counters, so the two see each
+        other's units): every limited window needs ``current + amount <= limit``. When
+        allowed, the amounts are recorded as the hold ``hold_id``, live for
+        ``hold_ttl`` seconds: ``settle`` turns them into actuals, ``release`` gives
+        them back, and a hold neither settled nor released in time (its replica died)
+        stops counting: the next ``reserve`` on a window purges the window's expired
+        holds, and ``window_total`` discounts them. Expiry is judged by the store's one
+        clock (the Redis server's), never a replica's. ``current`` in the decision
+        includes every live hold. Raises ``HoldInUseError`` when ``hold_id`` is live,
+        ``ValueError`` for negative amounts or limits, non-positive TTLs, repeated keys
+        or an empty ``hold_id``. No windows: allowed, nothing recorded.
+
+        In a Redis Cluster a window's keys and the hold's key must share a slot: give
+        the window keys and ``hold_id`` one hash tag (``quota:{<project>}:...``).
+        """
+        ...
+
+    async def settle(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
+        """Replace the hold's amount in each window named in ``actuals`` by the actual
+        one (lower: the rest is given back; higher: the overage is counted, even past
+        the limit, since the call happened), keep the reserved amount in the others,
+        and drop the hold, in one atomic step. A window whose key ended meanwhile is
+        left alone (its successor never held this hold).
+
+        False, changing nothing, when the hold is unknown (already settled or
+        released, expired, never made) or every window it held in has ended. Raises
+        ``UnknownHoldWindowError`` (a ``ValueError``), changing nothing, when
+        ``actuals`` names a window the live hold does not have, and ``ValueError`` for
+        a negative actual.
+        """
+        ...
+
+    async def release(self, hold_id: str) -> bool:
+        """Give back everything the hold reserved (the call never reached the
+        upstream) and drop it; False, changing nothing, when the hold is unknown."""
+        ...
+
+    async def extend(self, hold_id: str, hold_ttl: float) -> bool:
+        """Make a live hold end ``hold_ttl`` seconds from now (a long call's heartbeat,
+        so that ``hold_ttl`` can stay short and a dead replica's units come back soon).
+        False, changing nothing, when the hold is unknown, expired, or every window it
+        held in has ended. ``ValueError`` for a non-positive ``hold_ttl``."""
+        ...
+
+    async def window_total(self, key: str) -> WindowTotal:
+        """The window's count now, live holds included and expired ones discounted
+        (what a console shows; the same number ``reserve`` would compare)."""
         ...
 
     async def push_sample(self, key: str, value: float, max_samples: int) -> None:

@@ -15,6 +15,14 @@ Two things are deliberately not served locally:
   ``admit`` (login throttling) does fall back: N replicas allowing N times the attempts
   for the outage still bounds a password guesser, and refusing every login would lock
   everyone out of the console;
+- reservations (``reserve``, ``settle``, ``release``, ``extend``, ``window_total``)
+  raise the same error, for the same reason: a hold is an exact-quota admission.
+  Settling or releasing a hold taken on Redis cannot be done elsewhere either; if Redis
+  comes back with its data, the hold expires after its TTL and gives its units back
+  (the call's actual usage then goes uncounted in the windows), and if it comes back
+  empty, the windows start afresh anyway. A ``reserve`` whose reply was lost (timeout)
+  may have recorded its hold: the caller can ``release`` it later (it is idempotent)
+  or let it expire;
 - nothing is copied back to Redis on recovery: local pins and verdicts were this
   replica's guesses during the outage, and Redis holds the cluster's.
 
@@ -29,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 import structlog
@@ -37,7 +45,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.lib.state.base import MultiWindowDecision, StateStore, WindowDecision, WindowLimit
+from app.lib.state.base import (
+    MultiWindowDecision,
+    ReserveWindow,
+    StateStore,
+    WindowDecision,
+    WindowLimit,
+    WindowTotal,
+)
 from app.lib.state.memory import MemoryStateStore
 
 logger = structlog.get_logger()
@@ -245,6 +260,25 @@ class FallbackStateStore:
         return await self._strict(
             "admit_windows", lambda: self.shared.admit_windows(windows, amount)
         )
+
+    async def reserve(
+        self, windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: float
+    ) -> MultiWindowDecision:
+        return await self._strict(
+            "reserve", lambda: self.shared.reserve(windows, hold_id, hold_ttl)
+        )
+
+    async def settle(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
+        return await self._strict("settle", lambda: self.shared.settle(hold_id, actuals))
+
+    async def release(self, hold_id: str) -> bool:
+        return await self._strict("release", lambda: self.shared.release(hold_id))
+
+    async def extend(self, hold_id: str, hold_ttl: float) -> bool:
+        return await self._strict("extend", lambda: self.shared.extend(hold_id, hold_ttl))
+
+    async def window_total(self, key: str) -> WindowTotal:
+        return await self._strict("window_total", lambda: self.shared.window_total(key))
 
     async def push_sample(self, key: str, value: float, max_samples: int) -> None:
         await self._call(

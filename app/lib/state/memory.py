@@ -10,17 +10,26 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.lib.state.base import (
+    HoldInUseError,
     MultiWindowDecision,
+    ReserveWindow,
+    UnknownHoldWindowError,
     WindowCount,
     WindowDecision,
     WindowLimit,
+    WindowTotal,
+    check_actuals,
+    check_hold_id,
+    check_hold_ttl,
     check_max_samples,
+    check_reserve,
     check_windows,
 )
+from app.lib.state.memory_holds import Hold, WindowHolds
 
 Clock = Callable[[], float]
 
@@ -29,6 +38,9 @@ Clock = Callable[[], float]
 class _Entry:
     value: bytes | deque[float]
     expires_at: float | None
+    holds: WindowHolds | None = None
+    """Reservations counted in this window; they end with it (a new window starts
+    without them, as on Redis)."""
 
 
 def _check_ttl(ttl: float | None) -> None:
@@ -49,11 +61,16 @@ class MemoryStateStore:
         self._clock = clock
         self._purge_interval = purge_interval
         self._entries: dict[str, _Entry] = {}
+        self._holds: dict[str, Hold] = {}
         self._next_purge = clock() + purge_interval
 
     def __len__(self) -> int:
         """Stored entries, including expired ones not yet swept."""
         return len(self._entries)
+
+    def hold_records(self) -> int:
+        """Hold records kept, including expired ones not yet swept."""
+        return len(self._holds)
 
     def _live(self, key: str, now: float) -> _Entry | None:
         entry = self._entries.get(key)
@@ -68,6 +85,7 @@ class MemoryStateStore:
             self._entries = {
                 k: e for k, e in self._entries.items() if e.expires_at is None or e.expires_at > now
             }
+            self._holds = {k: h for k, h in self._holds.items() if h.live(now)}
             self._next_purge = now + self._purge_interval
         return now
 
@@ -156,14 +174,7 @@ class MemoryStateStore:
             seen.append((window, entry, current))
         fits = [w.limit is None or current + amount <= w.limit for w, _, current in seen]
         if not all(fits):
-            counts = []
-            for (window, entry, current), room in zip(seen, fits, strict=True):
-                retry = 0.0
-                if not room:
-                    ends = now + window.ttl if entry is None else entry.expires_at
-                    retry = (now + window.ttl if ends is None else ends) - now
-                counts.append(WindowCount(window.key, room, current, window.limit, retry))
-            return MultiWindowDecision(False, tuple(counts))
+            return _refusal(seen, fits, now)
         admitted = []
         for window, entry, current in seen:
             new = current + amount
@@ -173,6 +184,118 @@ class MemoryStateStore:
                 entry.value = b"%d" % new
             admitted.append(WindowCount(window.key, True, new, window.limit, 0.0))
         return MultiWindowDecision(True, tuple(admitted))
+
+    async def reserve(
+        self, windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: float
+    ) -> MultiWindowDecision:
+        check_reserve(windows, hold_id, hold_ttl)
+        now = self._write_clock()
+        if self._live_hold(hold_id, now) is not None:
+            raise HoldInUseError(f"hold {hold_id!r} is still live")
+        if not windows:
+            return MultiWindowDecision(True, ())
+        seen: list[tuple[ReserveWindow, _Entry | None, int]] = []
+        for window in windows:
+            entry = self._live(window.key, now)
+            raw = self._bytes(window.key, entry)
+            current = 0 if raw is None else int(raw)
+            if entry is not None:
+                if entry.expires_at is None:
+                    entry.expires_at = now + window.ttl
+                if entry.holds is not None and (freed := entry.holds.purge(now)):
+                    current -= freed
+                    entry.value = b"%d" % current
+            seen.append((window, entry, current))
+        fits = [w.limit is None or current + w.amount <= w.limit for w, _, current in seen]
+        if not all(fits):
+            return _refusal(seen, fits, now)
+        expires_at = now + hold_ttl
+        admitted = []
+        for window, entry, current in seen:
+            new = current + window.amount
+            if entry is None:
+                entry = self._entries[window.key] = _Entry(b"%d" % new, now + window.ttl)
+            else:
+                entry.value = b"%d" % new
+            if entry.holds is None:
+                entry.holds = WindowHolds()
+            entry.holds.add(hold_id, window.amount, expires_at)
+            admitted.append(WindowCount(window.key, True, new, window.limit, 0.0))
+        self._holds[hold_id] = Hold(expires_at, {w.key: w.amount for w in windows})
+        return MultiWindowDecision(True, tuple(admitted))
+
+    def _live_hold(self, hold_id: str, now: float) -> Hold | None:
+        hold = self._holds.get(hold_id)
+        if hold is not None and not hold.live(now):
+            # Its units leave the windows when they are next purged or read.
+            del self._holds[hold_id]
+            return None
+        return hold
+
+    async def settle(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
+        check_hold_id(hold_id)
+        check_actuals(actuals)
+        return self._finish(hold_id, actuals)
+
+    async def release(self, hold_id: str) -> bool:
+        check_hold_id(hold_id)
+        hold = self._live_hold(hold_id, self._clock())
+        return hold is not None and self._finish(hold_id, dict.fromkeys(hold.amounts, 0))
+
+    def _finish(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
+        now = self._write_clock()
+        hold = self._live_hold(hold_id, now)
+        if hold is None:
+            return False
+        unknown = [key for key in actuals if key not in hold.amounts]
+        if unknown:
+            raise UnknownHoldWindowError(f"hold {hold_id!r} has no window {unknown[0]!r}")
+        del self._holds[hold_id]
+        settled = False
+        for key in hold.amounts:
+            entry = self._live(key, now)
+            # A window that ended (and maybe restarted) since the reservation no longer
+            # holds these units; the call is not charged to its successor.
+            reserved = None if entry is None or entry.holds is None else entry.holds.take(hold_id)
+            if entry is None or reserved is None:
+                continue
+            settled = True
+            delta = actuals.get(key, reserved) - reserved
+            if delta:
+                entry.value = b"%d" % (int(self._bytes(key, entry) or b"0") + delta)
+        # As on Redis: a hold all of whose windows ended had nothing left to settle.
+        return settled
+
+    async def extend(self, hold_id: str, hold_ttl: float) -> bool:
+        check_hold_id(hold_id)
+        check_hold_ttl(hold_ttl)
+        now = self._write_clock()
+        hold = self._live_hold(hold_id, now)
+        if hold is None:
+            return False
+        expires_at = now + hold_ttl
+        extended = False
+        for key in hold.amounts:
+            entry = self._live(key, now)
+            if entry is not None and entry.holds is not None:
+                extended = entry.holds.extend(hold_id, expires_at) or extended
+        if extended:
+            self._holds[hold_id] = Hold(expires_at, hold.amounts)
+        return extended
+
+    async def window_total(self, key: str) -> WindowTotal:
+        now = self._clock()
+        entry = self._live(key, now)
+        raw = self._bytes(key, entry)
+        if entry is None or raw is None:
+            return WindowTotal(key, 0, 0, None)
+        total, held = int(raw), 0
+        if entry.holds is not None:
+            # Discounted, not purged: a read writes nothing, as on Redis.
+            expired, held = entry.holds.split(now)
+            total -= expired
+        resets_in = None if entry.expires_at is None else entry.expires_at - now
+        return WindowTotal(key, total, held, resets_in)
 
     async def push_sample(self, key: str, value: float, max_samples: int) -> None:
         check_max_samples(max_samples)
@@ -202,3 +325,19 @@ class MemoryStateStore:
 
     async def close(self) -> None:
         self._entries.clear()
+        self._holds.clear()
+
+
+def _refusal(
+    seen: Sequence[tuple[WindowLimit | ReserveWindow, _Entry | None, int]],
+    fits: Sequence[bool],
+    now: float,
+) -> MultiWindowDecision:
+    counts = []
+    for (window, entry, current), room in zip(seen, fits, strict=True):
+        retry = 0.0
+        if not room:
+            ends = now + window.ttl if entry is None else entry.expires_at
+            retry = (now + window.ttl if ends is None else ends) - now
+        counts.append(WindowCount(window.key, room, current, window.limit, retry))
+    return MultiWindowDecision(False, tuple(counts))

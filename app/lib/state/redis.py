@@ -1,15 +1,18 @@
 """Cluster ``StateStore`` on Redis: every operation is one command or one Lua script.
 
-Multi-step operations (``incr`` with a creation TTL, ``admit``, ``admit_windows``) run
-as Lua because a read-then-write from Python would let two replicas both see room in a
-window and both admit. Scripts are sent with EVALSHA (redis-py reloads them after a restart).
+Multi-step operations (``incr`` with a creation TTL, ``admit``, ``admit_windows``, and
+the reservations in ``redis_holds``) run as Lua because a read-then-write from Python
+would let two replicas both see room in a window and both admit. Scripts are sent with
+EVALSHA (redis-py reloads them after a restart). ``settle`` and ``release`` name every
+key their script touches (Redis Cluster wants them declared) from what this process
+reserved, or else read the hold's record first; the script checks the record matches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Self, cast
 
 from redis.asyncio import Redis
@@ -17,12 +20,15 @@ from redis.exceptions import RedisError
 
 from app.lib.state.base import (
     MultiWindowDecision,
+    ReserveWindow,
     WindowCount,
     WindowDecision,
     WindowLimit,
+    WindowTotal,
     check_max_samples,
     check_windows,
 )
+from app.lib.state.redis_holds import RedisHolds
 
 # KEYS[1]=counter; ARGV: amount, ttl_ms ("" for none). TTL only when this call creates the key.
 _INCR = """
@@ -150,6 +156,7 @@ class RedisStateStore:
         self._incr = client.register_script(_INCR)
         self._admit = client.register_script(_ADMIT)
         self._admit_windows = client.register_script(_ADMIT_WINDOWS)
+        self._holds = RedisHolds(client, prefix)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "arona:", **client_kwargs: Any) -> Self:
@@ -218,6 +225,23 @@ class RedisStateStore:
             for i, window in enumerate(windows)
         )
         return MultiWindowDecision(bool(reply[0]), counts)
+
+    async def reserve(
+        self, windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: float
+    ) -> MultiWindowDecision:
+        return await self._holds.reserve(windows, hold_id, hold_ttl)
+
+    async def settle(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
+        return await self._holds.settle(hold_id, actuals)
+
+    async def release(self, hold_id: str) -> bool:
+        return await self._holds.release(hold_id)
+
+    async def extend(self, hold_id: str, hold_ttl: float) -> bool:
+        return await self._holds.extend(hold_id, hold_ttl)
+
+    async def window_total(self, key: str) -> WindowTotal:
+        return await self._holds.window_total(key)
 
     async def push_sample(self, key: str, value: float, max_samples: int) -> None:
         check_max_samples(max_samples)

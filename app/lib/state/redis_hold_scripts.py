@@ -1,0 +1,251 @@
+"""The Lua scripts behind ``redis_holds`` (the key layout and the clock are described
+there). Each runs atomically; all of them judge expiry by the server's ``TIME``."""
+
+from __future__ import annotations
+
+# Shared by the scripts: server time in ms, and the expired holds' purge. A purge
+# unpacks ids in chunks (Lua's C stack takes ~8000 arguments) since a replica killed
+# with thousands of calls in flight leaves that many to drop at once.
+COMMON = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function sum_amounts(amounts, ids, drop)
+  local sum = 0
+  for s = 1, #ids, 1000 do
+    local chunk = {unpack(ids, s, math.min(s + 999, #ids))}
+    for _, a in ipairs(redis.call('HMGET', amounts, unpack(chunk))) do
+      sum = sum + (tonumber(a) or 0)
+    end
+    if drop then
+      redis.call('HDEL', amounts, unpack(chunk))
+    end
+  end
+  return sum
+end
+-- A hold is live while now <= expiry, the rule Redis applies to key expiry.
+local function purge(expiries, amounts, now)
+  local ids = redis.call('ZRANGEBYSCORE', expiries, '-inf', '(' .. now)
+  if #ids == 0 then
+    return 0
+  end
+  redis.call('ZREMRANGEBYSCORE', expiries, '-inf', '(' .. now)
+  return sum_amounts(amounts, ids, true)
+end
+"""
+
+# KEYS: the hold record, then per window: counter, expiries, amounts.
+# ARGV: hold_id, hold_ms, then per window: limit (-1 = none), window_ms, amount.
+# Returns {-1} when the hold id is live, else {allowed, per window: fits, current, retry_ms}.
+RESERVE = (
+    COMMON
+    + """
+local now = now_ms()
+local hold_id = ARGV[1]
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {-1}
+end
+local n = (#KEYS - 1) / 3
+local currents, ttls, fits = {}, {}, {}
+local allowed = 1
+for i = 1, n do
+  local counter, expiries, amounts = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local limit = tonumber(ARGV[3 * i])
+  local window_ms = tonumber(ARGV[3 * i + 1])
+  local amount = tonumber(ARGV[3 * i + 2])
+  local current = tonumber(redis.call('GET', counter) or '0')
+  if current == nil then
+    return redis.error_reply('window key ' .. counter .. ' does not hold an integer')
+  end
+  local ttl = redis.call('PTTL', counter)
+  if ttl == -2 then
+    -- holds of a window that ended must not be charged to the next one
+    redis.call('DEL', expiries, amounts)
+  else
+    if ttl == -1 then
+      redis.call('PEXPIRE', counter, window_ms)
+      ttl = window_ms
+    end
+    local freed = purge(expiries, amounts, now)
+    local stale = redis.call('HGET', amounts, hold_id)
+    if stale then
+      -- an earlier hold with this id whose record is gone: dead, though its expiry
+      -- may be within the millisecond the two clocks' rounding leaves
+      redis.call('ZREM', expiries, hold_id)
+      redis.call('HDEL', amounts, hold_id)
+      freed = freed + tonumber(stale)
+    end
+    if freed ~= 0 then
+      current = redis.call('DECRBY', counter, freed)
+    end
+  end
+  currents[i] = current
+  ttls[i] = ttl
+  if limit >= 0 and current + amount > limit then
+    fits[i] = 0
+    allowed = 0
+  else
+    fits[i] = 1
+  end
+end
+local out = {allowed}
+if allowed == 1 then
+  local expires = now + tonumber(ARGV[2])
+  for i = 1, n do
+    local counter, expiries, amounts = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+    local amount = ARGV[3 * i + 2]
+    local current = redis.call('INCRBY', counter, amount)
+    local ttl = ttls[i]
+    if ttl == -2 then
+      ttl = tonumber(ARGV[3 * i + 1])
+      redis.call('PEXPIRE', counter, ttl)
+    end
+    redis.call('ZADD', expiries, expires, hold_id)
+    redis.call('HSET', amounts, hold_id, amount)
+    redis.call('PEXPIRE', expiries, ttl)
+    redis.call('PEXPIRE', amounts, ttl)
+    redis.call('HSET', KEYS[1], counter, amount)
+    out[#out + 1] = 1
+    out[#out + 1] = current
+    out[#out + 1] = 0
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return out
+end
+for i = 1, n do
+  local retry = 0
+  if fits[i] == 0 then
+    retry = ttls[i]
+    if retry == -2 then
+      retry = tonumber(ARGV[3 * i + 1])
+    elseif retry < 1 then
+      retry = 1
+    end
+  end
+  out[#out + 1] = fits[i]
+  out[#out + 1] = currents[i]
+  out[#out + 1] = retry
+end
+return out
+"""
+)
+
+# KEYS: the hold record, then per window of the hold: counter, expiries, amounts.
+# ARGV: hold_id, then per window: the actual units, or '' to keep the reserved ones.
+# Returns 1 settled, 0 unknown or expired (nothing changed), -1 the record no longer
+# names these windows (the id was reused since the caller read it: read again).
+SETTLE = (
+    COMMON
+    + """
+local now = now_ms()
+local hold_id = ARGV[1]
+local n = (#KEYS - 1) / 3
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+if redis.call('HLEN', KEYS[1]) ~= n then
+  return -1
+end
+local present = {}
+local any = false
+for i = 1, n do
+  if redis.call('HEXISTS', KEYS[1], KEYS[3 * i - 1]) == 0 then
+    return -1
+  end
+  local expiry = redis.call('ZSCORE', KEYS[3 * i], hold_id)
+  if expiry then
+    if tonumber(expiry) < now then
+      -- expired: the next reserve on the window purges it; nothing to settle
+      return 0
+    end
+    present[i] = true
+    any = true
+  end
+end
+redis.call('DEL', KEYS[1])
+if not any then
+  -- every window of the hold ended: there is nothing left to settle
+  return 0
+end
+for i = 1, n do
+  if present[i] then
+    local counter, expiries, amounts = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+    local reserved = tonumber(redis.call('HGET', amounts, hold_id) or '0')
+    if ARGV[i + 1] ~= '' and redis.call('EXISTS', counter) == 1 then
+      local delta = tonumber(ARGV[i + 1]) - reserved
+      if delta ~= 0 then
+        redis.call('INCRBY', counter, delta)
+      end
+    end
+    redis.call('ZREM', expiries, hold_id)
+    redis.call('HDEL', amounts, hold_id)
+  end
+end
+return 1
+"""
+)
+
+# KEYS: counter, expiries, amounts. Returns {total, held, ttl_ms} (ttl -2: no window).
+TOTAL = (
+    COMMON
+    + """
+local now = now_ms()
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if current == nil then
+  return redis.error_reply('window key ' .. KEYS[1] .. ' does not hold an integer')
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -2 then
+  return {0, 0, -2}
+end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. now)
+local live = redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf')
+local held = sum_amounts(KEYS[3], live, false)
+return {current - sum_amounts(KEYS[3], expired, false), held, ttl}
+"""
+)
+
+# KEYS: the hold record, then per window of the hold: counter, expiries, amounts.
+# ARGV: hold_id, hold_ms. Moves a live hold's end to now + hold_ms. Returns 1, 0
+# (unknown, expired or every window ended: nothing changed) or -1 (as SETTLE).
+EXTEND = (
+    COMMON
+    + """
+local now = now_ms()
+local hold_id = ARGV[1]
+local n = (#KEYS - 1) / 3
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+if redis.call('HLEN', KEYS[1]) ~= n then
+  return -1
+end
+local present = {}
+local any = false
+for i = 1, n do
+  if redis.call('HEXISTS', KEYS[1], KEYS[3 * i - 1]) == 0 then
+    return -1
+  end
+  local expiry = redis.call('ZSCORE', KEYS[3 * i], hold_id)
+  if expiry then
+    if tonumber(expiry) < now then
+      return 0
+    end
+    present[i] = true
+    any = true
+  end
+end
+if not any then
+  return 0
+end
+local expires = now + tonumber(ARGV[2])
+for i = 1, n do
+  if present[i] then
+    redis.call('ZADD', KEYS[3 * i], 'XX', expires, hold_id)
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+)
