@@ -117,10 +117,13 @@ class CallAdmission:
         """The one atomic admission of a call: the project's quota windows (unless
         the call is outside it) and the key's ``rpm`` window.
 
-        The seam for the reservation primitive: the key's ``tpm`` (the call's token
-        estimate) and money budget (its estimated cost, per ``budget_period``) are to
-        be reserved here in the same step, and settled to actuals when the call ends.
-        Until that primitive exists they are stored and shown but not enforced."""
+        The seam for the reservation primitive (``StateStore.reserve`` / ``settle`` /
+        ``release``): the key's ``tpm`` (a minute window under the same hash tag,
+        ``quota:{<project>}:k:<credential>:t:<minute>``, holding the call's token
+        estimate) and its money budget (a day or month window per ``budget_period``,
+        holding the estimated cost in micro-units) are to be reserved here, in the
+        same step as these windows, under the call's hold id, and settled to actuals
+        when the call is metered. Until then they are stored and shown, not enforced."""
         if project_id is None:
             return
         rate = None
