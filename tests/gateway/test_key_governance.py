@@ -332,3 +332,26 @@ async def test_a_runtime_token_expiry_can_only_move_earlier(env: GatewayEnv) -> 
         return response.status_code == 401 and _error(response)["code"] == "token_expired"
 
     await eventually(expired, within=15)
+
+
+async def test_a_key_with_limits_may_not_issue_or_edit_credentials(env: GatewayEnv) -> None:
+    limited = await new_key(env, rpm=100)
+    plain = await new_key(env)
+    keys = f"/api/projects/{env.project_id}/api-keys"
+    own = bearer(limited["key"])
+    minted = await env.http.post(keys, json={"name": "twin"}, headers=own)
+    assert minted.status_code == 403, minted.text
+    assert _error(minted)["code"] == "key_restricted"
+    lifted = await env.http.patch(f"{keys}/{limited['id']}", json={"rpm": None}, headers=own)
+    assert lifted.status_code == 403
+    assert _error(lifted)["code"] == "key_restricted"
+    token = await env.http.post(
+        f"/api/projects/{env.project_id}/runtime-tokens", json={}, headers=own
+    )
+    assert token.status_code == 403
+    # An unrestricted key keeps managing the project's credentials (automation).
+    shaped = await env.http.patch(
+        f"{keys}/{limited['id']}", json={"rpm": 50}, headers=bearer(plain["key"])
+    )
+    assert shaped.status_code == 200, shaped.text
+    assert shaped.json()["rpm"] == 50

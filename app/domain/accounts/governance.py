@@ -107,6 +107,12 @@ class KeyPolicy:
     def limits_models(self) -> bool:
         return self.exact_models is not None
 
+    @property
+    def restricted(self) -> bool:
+        """Whether any limit or expiry applies (such a key may not issue or edit
+        credentials: it could otherwise give itself a way around them)."""
+        return self != UNRESTRICTED
+
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 

@@ -11,7 +11,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
 from app.domain.accounts.governance import budget_text, valid_governance
-from app.domain.accounts.principals import Principal, UserPrincipal
+from app.domain.accounts.principals import ApiKeyPrincipal, Principal, UserPrincipal
 from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.runtime_policies import RuntimePolicySync
 from app.domain.accounts.sync import ApiKeySync
@@ -30,12 +30,23 @@ from app.domain.projects.schemas import (
 from app.domain.projects.services import ProjectAccess
 from app.domain.rest import ProjectApiController
 from app.lib.clock import utcnow
-from app.lib.errors import BadRequestError
+from app.lib.errors import BadRequestError, PermissionDeniedError
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
 
 MIN_TOKEN_SECONDS = 60
 MAX_TOKEN_SECONDS = 366 * 24 * 3600
+
+
+def _unrestricted(principal: Principal, action: str) -> None:
+    """A key with limits of its own may not issue or edit credentials: it could mint
+    itself an unlimited twin or lift its own limits."""
+    if isinstance(principal, ApiKeyPrincipal) and principal.policy.restricted:
+        raise PermissionDeniedError(
+            f"an API key with limits or an expiry may not {action}; use an unrestricted "
+            "key or a user token",
+            code="key_restricted",
+        )
 
 
 def _creator(principal: Principal) -> UUID | None:
@@ -67,6 +78,7 @@ class ApiKeyController(ProjectApiController):
         data: ApiKeyCreate | None = None,
     ) -> ApiKeyCreated:
         access.require(access.can_manage_credentials, "create API keys")
+        _unrestricted(principal, "create API keys")
         body = data or ApiKeyCreate()
         row, secret = await lifecycle.issue_api_key(
             project_id,
@@ -91,12 +103,14 @@ class ApiKeyController(ProjectApiController):
         access: ProjectAccess,
         key_id: UUID,
         data: ApiKeyUpdate,
+        principal: Principal,
         api_keys_service: ApiKeyService,
         api_key_sync: ApiKeySync,
     ) -> ApiKeyOut:
         """Change a key's limits, expiry, labels or name; the key itself stays the same.
         Unsent fields are kept, ``null`` clears one."""
         access.require(access.can_manage_credentials, "edit API keys")
+        _unrestricted(principal, "edit API keys")
         current = await api_keys_service.get_in_project(project_id, key_id)
         values = valid_governance(data, now=utcnow(), current_period=current.budget_period)
         if data.name is not msgspec.UNSET:
@@ -148,6 +162,7 @@ class RuntimeTokenController(ProjectApiController):
         data: RuntimeTokenCreate | None = None,
     ) -> RuntimeTokenCreated:
         access.require(access.can_manage_credentials, "issue runtime tokens")
+        _unrestricted(principal, "issue runtime tokens")
         body = data or RuntimeTokenCreate()
         now = utcnow()
         governance = valid_governance(body, now=now)
@@ -194,11 +209,13 @@ class RuntimeTokenController(ProjectApiController):
         access: ProjectAccess,
         token_id: UUID,
         data: RuntimeTokenUpdate,
+        principal: Principal,
         runtime_tokens_service: RuntimeTokenService,
         runtime_policy_sync: RuntimePolicySync,
     ) -> RuntimeTokenOut:
         """Change a token's limits, labels or name, or move its expiry earlier."""
         access.require(access.can_manage_credentials, "edit runtime tokens")
+        _unrestricted(principal, "edit runtime tokens")
         current = await runtime_tokens_service.get_in_project(project_id, token_id)
         values = valid_governance(data, now=utcnow(), current_period=current.budget_period)
         if data.name is not msgspec.UNSET:
