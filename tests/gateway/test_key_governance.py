@@ -326,6 +326,13 @@ async def test_a_runtime_token_expiry_can_only_move_earlier(env: GatewayEnv) -> 
     )
     assert earlier.status_code == 200, earlier.text
     assert earlier.json()["labels"] == {"app": "bot"}
+    got = await env.http.get(f"{url}/{token['id']}", headers=env.user_headers)
+    assert got.json() == earlier.json()
+    invalid = await env.http.post(url, json={"rpm": -1}, headers=env.user_headers)
+    assert (invalid.status_code, _error(invalid)["param"]) == (400, "rpm")
+    _, stranger = await new_user(env.http, "stranger")  # type: ignore[arg-type]
+    foreign = await env.http.patch(f"{url}/{token['id']}", json={"rpm": 1}, headers=stranger)
+    assert foreign.status_code == 404
 
     async def expired() -> bool:
         response = await env.http.get("/api/runtime/me", headers=headers)
