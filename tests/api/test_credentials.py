@@ -38,8 +38,18 @@ from tests.support.helpers import assert_error, bearer, new_project, new_user
 from tests.support.settings import JWT_SECRET, AppFactory, with_settings
 
 KEY_FORMAT = re.compile(r"^ak-[A-Za-z0-9_-]{43}$")
-KEY_LIST_FIELDS = {"id", "name", "prefix", "createdAt", "lastUsedAt", "revokedAt"}
-TOKEN_LIST_FIELDS = {"id", "name", "expiresAt", "createdAt", "revokedAt"}
+GOVERNANCE = {"allowedModels", "rpm", "tpm", "budget", "budgetPeriod", "labels"}
+KEY_LIST_FIELDS = {
+    "id",
+    "name",
+    "prefix",
+    "createdAt",
+    "lastUsedAt",
+    "revokedAt",
+    "expiresAt",
+    *GOVERNANCE,
+}
+TOKEN_LIST_FIELDS = {"id", "name", "expiresAt", "createdAt", "revokedAt", *GOVERNANCE}
 MAX_TOKEN_LIFETIME = 366 * 24 * 3600
 MISSING = "00000000-0000-4000-8000-000000000000"
 
@@ -80,7 +90,8 @@ async def test_an_api_key_is_shown_once_and_stored_as_a_hash(any_client: Client)
     )
     assert created.status_code == 201, created.text
     body = created.json()
-    assert set(body) == {"id", "name", "prefix", "key", "createdAt"}
+    assert set(body) == {"id", "name", "prefix", "key", "createdAt", "expiresAt", *GOVERNANCE}
+    assert all(body[field] is None for field in GOVERNANCE)
     secret = body["key"]
     assert KEY_FORMAT.match(secret), secret
     assert len(base64.urlsafe_b64decode(secret[3:] + "=")) == 32
@@ -453,7 +464,7 @@ async def test_a_runtime_token_is_a_project_scoped_jwt(any_client: Client) -> No
     )
     assert response.status_code == 201, response.text
     body = response.json()
-    assert set(body) == {"id", "name", "token", "expiresAt", "createdAt"}
+    assert set(body) == {"id", "name", "token", "expiresAt", "createdAt", *GOVERNANCE}
     assert body["name"] == "agent"
     claims = jwt.decode(
         body["token"], JWT_SECRET, algorithms=["HS256"], audience="runtime", issuer="arona"

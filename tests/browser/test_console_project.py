@@ -213,3 +213,43 @@ async def test_every_tab_fits_a_phone_and_is_reachable_by_keyboard(page: Page, s
     await page.keyboard.press("Enter")
     await expect(page.get_by_role("tab", name="Secrets")).to_have_attribute("aria-selected", "true")
     assert not errors, errors
+
+
+async def test_a_keys_limits_are_edited_in_place(page: Page, site: Site) -> None:
+    errors = watch_console(page)
+    await new_project(page, site, "Limits project")
+    await open_tab(page, "Keys")
+    panel = page.locator("#tab-panel")
+    await panel.get_by_label("Name of the new API key").fill("bot")
+    await panel.get_by_role("button", name="Create API key").click()
+    key = (await panel.locator(".secret-once").text_content() or "").strip()
+    await open_tab(page, "Overview")
+    await open_tab(page, "Keys")
+
+    edit = panel.locator("details.key-edit", has_text="API key bot")
+    await edit.locator("summary").click()
+    await edit.get_by_label("Requests per minute").fill("-1")
+    await edit.get_by_label("Labels").fill("team")
+    await edit.get_by_role("button", name="Save limits").click()
+    # Both errors at once, beside their fields; the form stays open on the first.
+    edit = panel.locator("details.key-edit", has_text="API key bot")
+    await expect(edit).to_have_attribute("open", "")
+    rpm = edit.get_by_label("Requests per minute")
+    await expect(rpm).to_have_attribute("aria-invalid", "true")
+    await expect(rpm).to_be_focused()
+    await expect(edit.locator(".field-error")).to_have_count(2)
+    await expect(edit.get_by_label("Labels")).to_have_attribute("aria-invalid", "true")
+
+    await rpm.fill("5")
+    await edit.get_by_label("Allowed models").fill("gpt-4o, claude-*")
+    await edit.get_by_label("Labels").fill("team=search")
+    await edit.get_by_role("button", name="Save limits").click()
+    row = panel.locator("tbody tr", has_text="bot")
+    await expect(row).to_contain_text("5 req/min")
+    await expect(row).to_contain_text("models: gpt-4o, claude-*")
+    await expect(row).to_contain_text("team=search")
+    # The key was not rotated.
+    answer = await site.http.get("/api/projects", headers={"Authorization": f"Bearer {key}"})
+    assert answer.status_code == 200
+    # The refused form answered 422, as every refused form does; nothing else failed.
+    assert [e for e in errors if "422" not in e] == [], errors

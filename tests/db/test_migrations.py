@@ -21,7 +21,7 @@ from app.db.migrate import (
     head_revision,
     upgrade,
 )
-from app.db.models import BackendConfig, ModelProfile
+from app.db.models import ApiKey, BackendConfig, ModelProfile, Project, User
 from tests.support.settings import base_settings, create_database, drop_database, pg_url
 
 
@@ -143,3 +143,79 @@ async def test_app_start_refuses_an_unmigrated_database(tmp_path: Path, make_app
         assert error.subgroup(DatabaseNotMigratedError) is not None
     else:
         assert isinstance(error, DatabaseNotMigratedError)
+
+
+_GOVERNANCE = {"allowed_models", "rpm", "tpm", "budget_micros", "budget_period", "labels"}
+
+
+async def _governance_columns(engine: AsyncEngine) -> tuple[set[str], set[str]]:
+    async with engine.connect() as connection:
+        keys = await connection.run_sync(_columns, "api_key")
+        tokens = await connection.run_sync(_columns, "runtime_token")
+    return keys & (_GOVERNANCE | {"expires_at"}), tokens & _GOVERNANCE
+
+
+async def _round_trip_0010(url: str, compare_type: bool) -> None:
+    """0010 adds nullable governance columns to keys and tokens; its downgrade drops
+    them and keeps the rows (and a runtime token keeps its own ``expires_at``)."""
+    settings = base_settings(database_url=url)
+    await asyncio.to_thread(upgrade, settings, "0008")
+    engine = create_async_engine(url)
+    try:
+        assert await _governance_columns(engine) == (set(), set())
+        await asyncio.to_thread(upgrade, settings, "0010")
+        assert await current_revision(engine) == "0010"
+        assert await _governance_columns(engine) == (_GOVERNANCE | {"expires_at"}, _GOVERNANCE)
+        async with async_sessionmaker(engine)() as session:
+            user = User(email="a@b.c", password_hash="x")
+            session.add(user)
+            await session.flush()
+            project = Project(name="p", slug="p", owner_id=user.id)
+            session.add(project)
+            await session.flush()
+            session.add(
+                ApiKey(
+                    project_id=project.id,
+                    name="k",
+                    prefix="ak-1",
+                    key_hash="h",
+                    rpm=5,
+                    budget_micros=2_000_000,
+                    budget_period="day",
+                    allowed_models=["gpt-*"],
+                    labels={"team": "a"},
+                )
+            )
+            await session.commit()
+
+        await asyncio.to_thread(alembic_commands(settings).downgrade, "0008")
+        assert await current_revision(engine) == "0008"
+        assert await _governance_columns(engine) == (set(), set())
+        async with engine.connect() as connection:
+            assert (await connection.execute(text("SELECT name FROM api_key"))).all() == [("k",)]
+            tokens = await connection.run_sync(_columns, "runtime_token")
+            assert "expires_at" in tokens
+
+        await asyncio.to_thread(upgrade, settings, "0010")
+        async with engine.connect() as connection:
+            row = await connection.execute(
+                text("SELECT rpm, budget_micros, expires_at FROM api_key")
+            )
+            assert row.all() == [(None, None, None)]
+    finally:
+        await engine.dispose()
+    await asyncio.to_thread(upgrade, settings)
+    assert await _autogenerate_diff(url, compare_type) == []
+
+
+async def test_postgres_key_governance_migration_downgrades_and_upgrades_again():
+    name = f"arona_mig_{uuid.uuid4().hex[:10]}"
+    await create_database(name)
+    try:
+        await _round_trip_0010(pg_url(name), compare_type=True)
+    finally:
+        await drop_database(name)
+
+
+async def test_sqlite_key_governance_migration_downgrades_and_upgrades_again(tmp_path: Path):
+    await _round_trip_0010(f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}", compare_type=False)

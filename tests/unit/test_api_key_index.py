@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID, uuid4
 
+from app.domain.accounts.governance import KeyPolicy
 from app.domain.accounts.keyring import ActiveApiKey, ApiKeyIndex
 from app.domain.accounts.last_used import LastUsedRecorder
 from app.domain.accounts.sync import ApiKeySync
@@ -223,3 +224,46 @@ async def test_a_flush_cancelled_mid_write_keeps_the_pending_uses() -> None:
     await asyncio.gather(flush, return_exceptions=True)
     # Shutdown's final flush still has it.
     assert recorder.pending == 1
+
+
+async def test_created_and_updated_events_read_the_key_with_its_limits() -> None:
+    limited = ActiveApiKey(
+        key_id=uuid4(), project_id=uuid4(), policy=KeyPolicy(rpm=5, expires_at=2000.0)
+    )
+    rows = {"h": limited}
+
+    async def lookup_one(key_hash: str) -> ActiveApiKey | None:
+        return rows.get(key_hash)
+
+    index = ApiKeyIndex(_no_keys, lookup_one)
+    sync = ApiKeySync(index, MemoryEventBus())
+    # A new key from another replica is held with its row's limits, never bare.
+    await sync.receive({"kind": "created", "hash": "h", "keyId": "x", "projectId": "y"})
+    held = await index.resolve("h")
+    assert held is not None
+    assert held.policy.rpm == 5
+    rows["h"] = ActiveApiKey(key_id=limited.key_id, project_id=limited.project_id)
+    await sync.receive({"kind": "updated", "hash": "h"})
+    held = await index.resolve("h")
+    assert held is not None
+    assert held.policy.rpm is None
+    # An update of a key this replica does not hold reads nothing.
+    await sync.receive({"kind": "updated", "hash": "unknown"})
+    assert "unknown" not in index
+    # A key gone from the database by the time the event is read leaves the index.
+    del rows["h"]
+    await sync.receive({"kind": "updated", "hash": "h"})
+    assert "h" not in index
+    await sync.receive({"kind": "updated"})  # malformed: ignored
+
+
+async def test_an_update_racing_a_revocation_does_not_bring_the_key_back() -> None:
+    db = SlowDatabase({"h": key()})
+    index = ApiKeyIndex(_no_keys, db.lookup_one)
+    index.add("h", db.rows["h"])
+    refresh = asyncio.create_task(index.refresh("h"))
+    await db.started.wait()  # the read saw the key still active
+    index.remove("h")
+    db.release.set()
+    await refresh
+    assert "h" not in index

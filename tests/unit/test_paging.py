@@ -5,16 +5,27 @@ from __future__ import annotations
 
 import datetime
 from types import SimpleNamespace
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import msgspec
 import pytest
 
 from app.db.models import Project
+from app.domain.bodies import Camel
 from app.domain.paging import Paging, by_attributes, from_row, page_of
-from app.domain.projects.schemas import ApiKeyOut
 from app.domain.projects.services import ProjectAccess
 from app.lib.errors import PermissionDeniedError
+
+
+class ApiKeyOut(Camel):
+    """The shape of the API key list before key governance: a plain row schema."""
+
+    id: UUID
+    name: str
+    prefix: str
+    created_at: datetime.datetime
+    last_used_at: datetime.datetime | None
+    revoked_at: datetime.datetime | None
 
 
 def test_page_of_maps_rows_and_keeps_the_window() -> None:

@@ -5,8 +5,8 @@ from uuid import UUID
 
 from advanced_alchemy.base import UUIDAuditBase
 from advanced_alchemy.types import DateTimeUTC
-from sqlalchemy import ForeignKey, Index, String, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 
 class Project(UUIDAuditBase):
@@ -29,7 +29,38 @@ class ProjectMember(UUIDAuditBase):
     role: Mapped[str] = mapped_column(String(20))
 
 
-class ApiKey(UUIDAuditBase):
+class KeyGovernanceColumns:
+    """What an owner may set on an API key or a runtime token (all optional): the
+    models it may call (exact ids, or prefixes written with a trailing ``*``),
+    requests and tokens per minute, a money budget in micro-units per ``day`` or
+    ``month``, and free-form labels (string -> string)."""
+
+    @declared_attr
+    def allowed_models(cls) -> Mapped[list[str] | None]:
+        return mapped_column(JSON, default=None, nullable=True)
+
+    @declared_attr
+    def rpm(cls) -> Mapped[int | None]:
+        return mapped_column(Integer, default=None, nullable=True)
+
+    @declared_attr
+    def tpm(cls) -> Mapped[int | None]:
+        return mapped_column(Integer, default=None, nullable=True)
+
+    @declared_attr
+    def budget_micros(cls) -> Mapped[int | None]:
+        return mapped_column(BigInteger, default=None, nullable=True)
+
+    @declared_attr
+    def budget_period(cls) -> Mapped[str | None]:
+        return mapped_column(String(8), default=None, nullable=True)
+
+    @declared_attr
+    def labels(cls) -> Mapped[dict[str, str] | None]:
+        return mapped_column(JSON, default=None, nullable=True)
+
+
+class ApiKey(KeyGovernanceColumns, UUIDAuditBase):
     __tablename__ = "api_key"
     __table_args__ = (Index("ix_api_key_project_id", "project_id"),)
 
@@ -46,9 +77,12 @@ class ApiKey(UUIDAuditBase):
     revoked_at: Mapped[datetime.datetime | None] = mapped_column(
         DateTimeUTC(timezone=True), default=None
     )
+    expires_at: Mapped[datetime.datetime | None] = mapped_column(
+        DateTimeUTC(timezone=True), default=None, nullable=True
+    )
 
 
-class RuntimeToken(UUIDAuditBase):
+class RuntimeToken(KeyGovernanceColumns, UUIDAuditBase):
     """A runtime JWT's record; its ``id`` is the token's ``jti``."""
 
     __tablename__ = "runtime_token"

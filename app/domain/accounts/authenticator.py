@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from uuid import UUID
 
 from app.domain.accounts.keyring import ApiKeyIndex
@@ -14,6 +16,7 @@ from app.domain.accounts.principals import (
     UserPrincipal,
 )
 from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.runtime_policies import RuntimePolicies
 from app.domain.accounts.services import ACCESS_AUDIENCE, FAMILY_CLAIM, RUNTIME_AUDIENCE
 from app.lib.errors import AuthenticationError
 from app.lib.hashing import constant_time_equals, sha256_hex
@@ -51,7 +54,14 @@ class Authenticator:
         api_keys: ApiKeyIndex,
         last_used: LastUsedRecorder,
         admin_token: str | None,
+        runtime_policies: RuntimePolicies | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``runtime_policies``: each runtime token's governance (``None``: none is
+        enforced, for tests of the authenticator alone); ``clock``: epoch seconds,
+        against which a key's expiry is checked on every use."""
+        self._runtime_policies = runtime_policies
+        self._clock = clock
         self._tokens = tokens
         self._revocations = revocations
         self._api_keys = api_keys
@@ -75,8 +85,13 @@ class Authenticator:
         found = await self._api_keys.resolve(sha256_hex(credential))
         if found is None:
             raise AuthenticationError("API key is not valid", code="invalid_api_key")
+        if found.policy.expired(self._clock()):
+            # Checked at use time: no event is needed for a key to expire everywhere.
+            raise AuthenticationError("API key has expired", code="api_key_expired")
         self._last_used.touch(found.key_id)
-        return ApiKeyPrincipal(key_id=found.key_id, project_id=found.project_id)
+        return ApiKeyPrincipal(
+            key_id=found.key_id, project_id=found.project_id, policy=found.policy
+        )
 
     async def _jwt(self, credential: str) -> UserPrincipal | RuntimePrincipal:
         audience = self._tokens.unverified_audience(credential)
@@ -112,7 +127,14 @@ class Authenticator:
             token_id = UUID(jti)
         except ValueError as exc:
             raise AuthenticationError("token is malformed", code="invalid_token") from exc
-        return RuntimePrincipal(token_id=token_id, project_id=subject)
+        if self._runtime_policies is None:
+            return RuntimePrincipal(token_id=token_id, project_id=subject)
+        policy = await self._runtime_policies.get(token_id)
+        if policy is None:
+            raise AuthenticationError("token has been revoked", code="token_revoked")
+        if policy.expired(self._clock()):
+            raise AuthenticationError(_TOKEN_ERROR_MESSAGES["expired"], code="token_expired")
+        return RuntimePrincipal(token_id=token_id, project_id=subject, policy=policy)
 
 
 def _optional_uuid(value: object) -> UUID | None:

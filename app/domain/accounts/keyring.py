@@ -35,6 +35,7 @@ from sqlalchemy import select
 
 from app.db.models import ApiKey
 from app.db.outage import DatabaseUnavailableError, is_database_outage
+from app.domain.accounts.governance import UNRESTRICTED, KeyPolicy
 
 UNVERIFIABLE_KEY = (
     "this API key cannot be checked right now: the database is unreachable and the key "
@@ -47,6 +48,8 @@ DEFAULT_OUTAGE_BACKOFF = 1.0
 class ActiveApiKey:
     key_id: UUID
     project_id: UUID
+    policy: KeyPolicy = UNRESTRICTED
+    """The key's governance (expiry, allowed models, limits), enforced per call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,12 @@ class _ProjectRemoved:
 
 _Change = _Added | _Removed | _ProjectRemoved
 
+
+def active_key(row: ApiKey) -> ActiveApiKey:
+    """What the index holds of a key row."""
+    return ActiveApiKey(key_id=row.id, project_id=row.project_id, policy=KeyPolicy.of_row(row))
+
+
 KeyLoader = Callable[[], Awaitable[Iterable[tuple[str, ActiveApiKey]]]]
 KeyLookup = Callable[[str], Awaitable[ActiveApiKey | None]]
 
@@ -77,23 +86,15 @@ def db_key_loaders(db_config: SQLAlchemyAsyncConfig) -> tuple[KeyLoader, KeyLook
 
     async def load_all() -> Iterable[tuple[str, ActiveApiKey]]:
         async with db_config.get_session() as session:
-            rows = await session.execute(
-                select(ApiKey.key_hash, ApiKey.id, ApiKey.project_id).where(
-                    ApiKey.revoked_at.is_(None)
-                )
-            )
-            return [(h, ActiveApiKey(key_id=i, project_id=p)) for h, i, p in rows]
+            rows = await session.scalars(select(ApiKey).where(ApiKey.revoked_at.is_(None)))
+            return [(row.key_hash, active_key(row)) for row in rows]
 
     async def lookup_one(key_hash: str) -> ActiveApiKey | None:
         async with db_config.get_session() as session:
-            row = (
-                await session.execute(
-                    select(ApiKey.id, ApiKey.project_id).where(
-                        ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
-                    )
-                )
-            ).first()
-            return None if row is None else ActiveApiKey(key_id=row[0], project_id=row[1])
+            row = await session.scalar(
+                select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+            )
+            return None if row is None else active_key(row)
 
     return load_all, lookup_one
 
@@ -162,6 +163,19 @@ class ApiKeyIndex:
         self._record(change)
         self._removals += 1
         _apply(self._active, change)
+
+    async def refresh(self, key_hash: str, *, created: bool = False) -> None:
+        """Another replica created this key or changed its governance: read it (a key
+        that is gone or revoked meanwhile leaves the index). A failed read keeps what
+        is held until the periodic reload. Only held keys are re-read on a change."""
+        if not created and key_hash not in self._active:
+            return
+        removals = self._removals
+        found = await self._lookup_one(key_hash)
+        if found is None:
+            self.remove(key_hash)
+        elif removals == self._removals:
+            self.add(key_hash, found)
 
     def _record(self, change: _Change) -> None:
         for journal in self._journals:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
+from app.domain.accounts.governance import UNRESTRICTED, KeyPolicy
+
 
 class Principal:
     """Base of every principal.
@@ -29,12 +31,14 @@ class UserPrincipal(Principal):
 class ApiKeyPrincipal(Principal):
     key_id: UUID
     project_id: UUID
+    policy: KeyPolicy = UNRESTRICTED
 
 
 @dataclass(frozen=True, slots=True)
 class RuntimePrincipal(Principal):
     token_id: UUID
     project_id: UUID
+    policy: KeyPolicy = UNRESTRICTED
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,12 @@ class ApiKeySync:
             },
         )
 
+    async def updated(self, key_hash: str, key: ActiveApiKey) -> None:
+        """The key's governance changed (expiry, limits): this replica holds the new
+        one at once; the others read the key again when the event arrives."""
+        self._index.add(key_hash, key)
+        await self._bus.publish(CHANNEL, {"kind": "updated", "hash": key_hash})
+
     async def revoked(self, key_hash: str) -> None:
         self._index.remove(key_hash)
         await self._bus.publish(CHANNEL, {"kind": "revoked", "hash": key_hash})
@@ -79,4 +85,21 @@ class ApiKeySync:
                 if ready is not None:
                     ready.set()
             async for event in events:
-                self.apply(event)
+                await self.receive(event)
+
+    async def receive(self, event: dict[str, object]) -> None:
+        """``apply``, except for the kinds whose governance is read from the database
+        (a new key, an update): events carry no more than the key's hash and ids, so
+        a key is never held without its limits, even for a moment."""
+        kind = event.get("kind")
+        if kind not in ("created", "updated"):
+            self.apply(event)
+            return
+        try:
+            await self._index.refresh(str(event["hash"]), created=kind == "created")
+        except KeyError:
+            logger.warning("ignoring malformed api key event", kind=kind)
+        except Exception as exc:
+            if not is_database_outage(exc):
+                raise
+            logger.warning("api key update not re-read: database unreachable")

@@ -19,6 +19,11 @@ from app.domain.accounts.keyring import (
 )
 from app.domain.accounts.last_used import LastUsedRecorder
 from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.runtime_policies import (
+    RuntimePolicies,
+    RuntimePolicySync,
+    db_grant_loader,
+)
 from app.domain.accounts.services import RefreshTokenService, family_mark_until
 from app.domain.accounts.sync import ApiKeySync
 from app.lib.clock import utcnow
@@ -78,12 +83,16 @@ class AccountsWiring(Component):
         )
         self.api_key_sync = ApiKeySync(self.api_key_index, bus)
         self.last_used = LastUsedRecorder(db_config.get_engine())
+        self.runtime_policy_sync = RuntimePolicySync(
+            RuntimePolicies(db_grant_loader(db_config)), bus
+        )
         self.authenticator = Authenticator(
             tokens=tokens,
             revocations=self.revocations,
             api_keys=self.api_key_index,
             last_used=self.last_used,
             admin_token=settings.admin_token,
+            runtime_policies=self.runtime_policy_sync.policies,
         )
         self._keys_ready = asyncio.Event()
 
@@ -93,6 +102,7 @@ class AccountsWiring(Component):
             "revocations": self.revocations,
             "authenticator": self.authenticator,
             "api_key_sync": self.api_key_sync,
+            "runtime_policy_sync": self.runtime_policy_sync,
         }
 
     async def _restore_revocations(self) -> None:
@@ -115,6 +125,7 @@ class AccountsWiring(Component):
             # Subscribes first and then loads the key index, so no change made on
             # another replica falls between the load and the subscription.
             BackgroundTask("api-key-sync", lambda: self.api_key_sync.run(ready)),
+            BackgroundTask("runtime-policy-sync", self.runtime_policy_sync.run),
             periodic(
                 "api-key-last-used", self._settings.last_used_flush_seconds, self._flush_last_used
             ),
@@ -136,6 +147,7 @@ class AccountsWiring(Component):
         # One revoked during the outage reached only the database and this replica.
         await self._restore_revocations()
         await self.api_key_index.reload()
+        await self.runtime_policy_sync.reload()
 
     async def aclose(self) -> None:
         await self._flush_last_used()

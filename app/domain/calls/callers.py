@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from app.domain.accounts.authenticator import Authenticator
-from app.domain.accounts.principals import ApiKeyPrincipal, Principal, UserPrincipal
+from app.domain.accounts.governance import KeyPolicy
+from app.domain.accounts.principals import (
+    ApiKeyPrincipal,
+    Principal,
+    RuntimePrincipal,
+    UserPrincipal,
+)
 from app.domain.projects.memberships import ProjectMemberships
 from app.lib.errors import (
     AuthenticationError,
@@ -33,6 +39,23 @@ PROJECT_HEADER_KEY = PROJECT_HEADER.lower()
 
 
 @dataclass(frozen=True, slots=True)
+class CallKey:
+    """The credential (API key or runtime token) a call came with, and its
+    governance: what admission enforces per key."""
+
+    credential_id: UUID
+    policy: KeyPolicy
+
+    @classmethod
+    def of(cls, principal: Principal) -> CallKey | None:
+        if isinstance(principal, ApiKeyPrincipal):
+            return cls(principal.key_id, principal.policy)
+        if isinstance(principal, RuntimePrincipal):
+            return cls(principal.token_id, principal.policy)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
     """Who a call is for: always a project, and the API key or the user that called
     on its behalf."""
@@ -40,6 +63,8 @@ class Caller:
     project_id: UUID
     api_key_id: UUID | None
     user_id: UUID | None
+    key: CallKey | None = None
+    """The API key's governance (``None`` for a user's call)."""
 
     @property
     def scope(self) -> str:
@@ -63,7 +88,7 @@ class CallerResolver:
 
     async def of(self, principal: Principal, project: str | None) -> Caller:
         if isinstance(principal, ApiKeyPrincipal):
-            return Caller(principal.project_id, principal.key_id, None)
+            return Caller(principal.project_id, principal.key_id, None, CallKey.of(principal))
         if isinstance(principal, UserPrincipal):
             if project is None or not project.strip():
                 raise BadRequestError(

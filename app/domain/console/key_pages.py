@@ -13,8 +13,18 @@ from litestar.response import Template
 
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
 from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.runtime_policies import RuntimePolicySync
 from app.domain.accounts.sync import ApiKeySync
-from app.domain.console.tab_support import Tab, TabPages, TabScope, compact, parse, plain
+from app.domain.console.key_forms import FIELDS, PERIODS, governance_view, read_form
+from app.domain.console.tab_support import (
+    FormState,
+    Tab,
+    TabPages,
+    TabScope,
+    compact,
+    parse,
+    plain,
+)
 from app.domain.projects import lifecycle
 from app.domain.projects.schemas import ApiKeyCreate, RuntimeTokenCreate
 from app.domain.web.pages import WebUser
@@ -63,8 +73,18 @@ async def _context(
     return {
         "api_keys": [
             {
-                **plain(k, "id", "name", "prefix", "created_at", "last_used_at", "revoked_at"),
-                "state": _state(k.revoked_at, None),
+                **plain(
+                    k,
+                    "id",
+                    "name",
+                    "prefix",
+                    "created_at",
+                    "last_used_at",
+                    "revoked_at",
+                    "expires_at",
+                ),
+                **governance_view(k),
+                "state": _state(k.revoked_at, k.expires_at),
             }
             for k in keys
         ],
@@ -72,6 +92,7 @@ async def _context(
         "tokens": [
             {
                 **plain(t, "id", "name", "created_at", "expires_at", "revoked_at"),
+                **governance_view(t),
                 "state": _state(t.revoked_at, t.expires_at),
             }
             for t in tokens
@@ -79,6 +100,7 @@ async def _context(
         "tokens_total": tokens_total,
         "lifetimes": _lifetimes(settings.runtime_token_ttl_seconds),
         "default_lifetime": str(settings.runtime_token_ttl_seconds),
+        "periods": PERIODS,
     }
 
 
@@ -127,6 +149,35 @@ class KeysTab(TabPages, tab=_tab, key=KEY):
         )
         return await _issued(tab, "API key", row.name, secret)
 
+    @post("/api-keys/{key_id:uuid}/edit")
+    async def edit_key(
+        self,
+        tab: Tab,
+        project_id: UUID,
+        key_id: UUID,
+        api_keys_service: ApiKeyService,
+        api_key_sync: ApiKeySync,
+    ) -> Template:
+        """A key's limits, expiry and labels, all checked at once; not rotated."""
+        tab.scope.require_credentials("edit API keys")
+        current = await api_keys_service.get_in_project(project_id, key_id)
+        form = f"edit-{key_id}"
+        values = (await tab.scope.form()).texts(*FIELDS)
+        changes, errors = read_form(values, now=utcnow(), current=current)
+        if errors:
+            return await tab.reject(form, FormState(values=values, errors=errors, failed=True))
+        try:
+            await lifecycle.change_api_key(
+                project_id,
+                key_id,
+                changes,
+                api_keys_service=api_keys_service,
+                api_key_sync=api_key_sync,
+            )
+        except AronaError as exc:
+            return await tab.refuse(form, exc, FIELDS, values)
+        return await tab.show("API key updated.")
+
     @post("/api-keys/{key_id:uuid}/revoke")
     async def revoke_key(
         self,
@@ -167,6 +218,35 @@ class KeysTab(TabPages, tab=_tab, key=KEY):
             created_by=web_user.user.id,
         )
         return await _issued(tab, "Runtime token", row.name, issued.token)
+
+    @post("/runtime-tokens/{token_id:uuid}/edit")
+    async def edit_token(
+        self,
+        tab: Tab,
+        project_id: UUID,
+        token_id: UUID,
+        runtime_tokens_service: RuntimeTokenService,
+        runtime_policy_sync: RuntimePolicySync,
+    ) -> Template:
+        """A token's limits and labels, or an earlier expiry, all checked at once."""
+        tab.scope.require_credentials("edit runtime tokens")
+        current = await runtime_tokens_service.get_in_project(project_id, token_id)
+        form = f"edit-{token_id}"
+        values = (await tab.scope.form()).texts(*FIELDS)
+        changes, errors = read_form(values, now=utcnow(), current=current)
+        if errors:
+            return await tab.reject(form, FormState(values=values, errors=errors, failed=True))
+        try:
+            await lifecycle.change_runtime_token(
+                project_id,
+                token_id,
+                changes,
+                runtime_tokens_service=runtime_tokens_service,
+                runtime_policy_sync=runtime_policy_sync,
+            )
+        except AronaError as exc:
+            return await tab.refuse(form, exc, FIELDS, values)
+        return await tab.show("Runtime token updated.")
 
     @post("/runtime-tokens/{token_id:uuid}/revoke")
     async def revoke_token(

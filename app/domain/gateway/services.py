@@ -79,7 +79,11 @@ class GatewayService:
             )
             for entry in await self.admission.custom_llms(caller.project_id)
         ]
-        return shared + custom
+        listed = shared + custom
+        if caller.key is not None and caller.key.policy.limits_models:
+            policy = caller.key.policy
+            listed = [m for m in listed if policy.allows(m.id)]
+        return listed
 
     def _hints(self, caller: Caller, request: GatewayRequest, admission: Admission) -> RouteHints:
         return RouteHints(
@@ -90,7 +94,9 @@ class GatewayService:
         )
 
     async def _admit(self, caller: Caller, request: GatewayRequest) -> Admission:
-        return await self.admission.admit(caller.project_id, request.conversation_id, request.model)
+        return await self.admission.admit(
+            caller.project_id, request.conversation_id, request.model, key=caller.key
+        )
 
     def _begin(self, caller: Caller, request: GatewayRequest, endpoint: Endpoint) -> CallRecord:
         record = CallRecord(

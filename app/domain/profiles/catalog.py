@@ -112,6 +112,12 @@ class ProfileCatalog(ProjectCache[CatalogEntry]):
         """What ``GET /api/runtime/llms`` answers for the project."""
         return (await self._entry(project_id)).catalog
 
+    def names_of(self, llm_id: str) -> tuple[str, ...]:
+        """The names a catalog entry answers to for a key's allowed models: its id,
+        and a profile's base model (a custom LLM's id alone)."""
+        profile = self._table.get(llm_id)
+        return (llm_id,) if profile is None else (llm_id, profile.base_model)
+
     async def resolve(self, project_id: UUID, requested: str | None) -> Profile:
         """The profile a runtime request of ``project_id`` will use.
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+import msgspec
 from litestar import Controller, delete, get, patch, post, put
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
@@ -145,4 +146,17 @@ class RuntimeCatalogController(Controller):
             raise PermissionDeniedError(
                 "this endpoint needs a runtime token", code="runtime_token_required"
             )
-        return await profile_catalog.catalog(principal.project_id)
+        catalog = await profile_catalog.catalog(principal.project_id)
+        policy = principal.policy
+        if not policy.limits_models:
+            return catalog
+        # Only what this token may call (a profile by its id or its base model).
+        allowed = [
+            llm for llm in catalog.llms if policy.allows_any(profile_catalog.names_of(llm.id))
+        ]
+        default = catalog.default_llm_id
+        return msgspec.structs.replace(
+            catalog,
+            llms=allowed,
+            default_llm_id=default if any(llm.id == default for llm in allowed) else None,
+        )

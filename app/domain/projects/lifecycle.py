@@ -8,6 +8,8 @@ revoke the live tokens and drop the keys from every ring, not just delete rows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
 from uuid import UUID
 
 from app.db.models import ApiKey, RuntimeToken
@@ -16,8 +18,9 @@ from app.domain.accounts.credential_services import (
     RuntimeTokenService,
     TokenRevocationService,
 )
-from app.domain.accounts.keyring import ActiveApiKey
+from app.domain.accounts.keyring import active_key
 from app.domain.accounts.revocations import RevocationList
+from app.domain.accounts.runtime_policies import RuntimePolicySync
 from app.domain.accounts.sync import ApiKeySync
 from app.domain.projects.services import ProjectService
 
@@ -50,13 +53,43 @@ async def issue_api_key(
     *,
     api_keys_service: ApiKeyService,
     api_key_sync: ApiKeySync,
+    governance: Mapping[str, Any] | None = None,
 ) -> tuple[ApiKey, str]:
     """A new key (its secret returned once), usable at once on every replica."""
     row, secret = await api_keys_service.issue(
-        project_id=project_id, name=name, created_by=created_by
+        project_id=project_id, name=name, created_by=created_by, governance=governance
     )
-    await api_key_sync.created(row.key_hash, ActiveApiKey(key_id=row.id, project_id=project_id))
+    await api_key_sync.created(row.key_hash, active_key(row))
     return row, secret
+
+
+async def change_api_key(
+    project_id: UUID,
+    key_id: UUID,
+    values: Mapping[str, Any],
+    *,
+    api_keys_service: ApiKeyService,
+    api_key_sync: ApiKeySync,
+) -> ApiKey:
+    """New governance (or name) for a key, held by every replica's index at once
+    (this one now, the others when the event arrives); the key is not rotated."""
+    row = await api_keys_service.change(project_id, key_id, values)
+    await api_key_sync.updated(row.key_hash, active_key(row))
+    return row
+
+
+async def change_runtime_token(
+    project_id: UUID,
+    token_id: UUID,
+    values: Mapping[str, Any],
+    *,
+    runtime_tokens_service: RuntimeTokenService,
+    runtime_policy_sync: RuntimePolicySync,
+) -> RuntimeToken:
+    """New governance for a runtime token, forgotten by every replica's policy cache."""
+    row = await runtime_tokens_service.change(project_id, token_id, values)
+    await runtime_policy_sync.changed(row.id)
+    return row
 
 
 async def revoke_api_key(

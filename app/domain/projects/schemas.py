@@ -8,6 +8,7 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.accounts.governance import GovernanceFields
 from app.domain.bodies import Camel, Strict
 
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
@@ -53,33 +54,62 @@ class MemberOut(Camel):
     added_at: datetime.datetime
 
 
-class ApiKeyCreate(Strict):
+class ApiKeyCreate(GovernanceFields):
     name: Label = ""
 
 
-class ApiKeyOut(Camel):
+class ApiKeyUpdate(GovernanceFields):
+    """``PATCH``: unsent fields stay, ``null`` clears; the key itself is not rotated."""
+
+    name: Label | msgspec.UnsetType = msgspec.UNSET
+
+
+class Governance(Camel):
+    """A key's or token's limits as shown (``null``: none)."""
+
+    allowed_models: list[str] | None
+    rpm: int | None
+    tpm: int | None
+    budget: str | None
+    """An exact decimal amount in the price book's currency."""
+    budget_period: str | None
+    labels: dict[str, str] | None
+
+
+class ApiKeyOut(Governance):
     id: UUID
     name: str
     prefix: str
     created_at: datetime.datetime
     last_used_at: datetime.datetime | None
     revoked_at: datetime.datetime | None
+    expires_at: datetime.datetime | None
 
 
-class ApiKeyCreated(Camel):
+class ApiKeyCreated(Governance):
     id: UUID
     name: str
     prefix: str
     key: str
     created_at: datetime.datetime
+    expires_at: datetime.datetime | None
 
 
-class RuntimeTokenCreate(Strict):
+class RuntimeTokenCreate(GovernanceFields):
+    """``expiresAt`` or ``expiresInSeconds`` (not both) sets the signed expiry."""
+
     name: Label = ""
     expires_in_seconds: TokenLifetime | None = None
 
 
-class RuntimeTokenOut(Camel):
+class RuntimeTokenUpdate(GovernanceFields):
+    """``PATCH``: as for API keys, but ``expiresAt`` may only move earlier (the
+    token's lifetime is signed into it)."""
+
+    name: Label | msgspec.UnsetType = msgspec.UNSET
+
+
+class RuntimeTokenOut(Governance):
     id: UUID
     name: str
     expires_at: datetime.datetime
@@ -87,7 +117,7 @@ class RuntimeTokenOut(Camel):
     revoked_at: datetime.datetime | None
 
 
-class RuntimeTokenCreated(Camel):
+class RuntimeTokenCreated(Governance):
     id: UUID
     name: str
     token: str

@@ -80,6 +80,7 @@ from app.domain.quotas.limits import QuotaLimits, QuotaLimitsCache
 from app.lib.state.base import MultiWindowDecision, StateStore, WindowLimit
 
 __all__ = [
+    "KeyRate",
     "QuotaExceededError",
     "QuotaGate",
     "QuotaUnavailableError",
@@ -132,6 +133,27 @@ def plan_windows(project_id: UUID, limits: QuotaLimits, now: float) -> tuple[Pla
         PlannedWindow(
             "month", f"{base}:mo:{day_start:%Y%m}", limits.per_month, month_end.timestamp()
         ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRate:
+    """One credential's requests-per-minute limit (an API key's or runtime token's
+    ``rpm``), counted in the same atomic admission as its project's quota."""
+
+    credential_id: UUID
+    per_minute: int
+
+
+def key_window(project_id: UUID, rate: KeyRate, now: float) -> PlannedWindow:
+    """The credential's minute bucket; under the project's hash tag, so one Lua call
+    covers it and the project's windows on a Redis Cluster too."""
+    minute = math.floor(now / 60)
+    return PlannedWindow(
+        "minute",
+        f"quota:{{{project_id}}}:k:{rate.credential_id}:m:{minute}",
+        rate.per_minute,
+        (minute + 1) * 60.0,
     )
 
 
@@ -201,22 +223,52 @@ class QuotaGate:
                 False: failures.labels("fail_open"),
                 True: failures.labels("fail_closed"),
             }
-            self._refusal_metric = {name: refusals.labels(name) for name in WINDOWS}
+            self._refusal_metric = {
+                name: refusals.labels(name) for name in (*WINDOWS, "key_minute")
+            }
 
-    async def check(self, project_id: UUID) -> None:
-        """Admit one request of ``project_id`` or raise (see the module docstring)."""
+    async def check(
+        self, project_id: UUID, key: KeyRate | None = None, *, project_quota: bool = True
+    ) -> None:
+        """Admit one request of ``project_id`` or raise (see the module docstring).
+
+        ``key``: the calling credential's own per-minute limit, admitted in the same
+        atomic step (both counted, or neither). ``project_quota=False`` checks only
+        that (a custom LLM or override-key call is outside the project's quota but
+        not outside its key's rate)."""
         limits = await self.limits.get(project_id)
-        if limits.unlimited:
+        counts_project = project_quota and not limits.unlimited
+        if not counts_project and key is None:
             return
         now = self._clock()
-        plan = plan_windows(project_id, limits, now)
+        plan = plan_windows(project_id, limits, now) if counts_project else ()
+        if key is not None:
+            plan = (*plan, key_window(project_id, key, now))
         try:
             decision = await self._store.admit_windows([w.spec(now) for w in plan])
         except Exception as exc:
             self._store_failed(project_id, limits, exc)
             return
         if not decision.allowed:
+            if key is not None and all(w.fits for w in decision.windows[:-1]):
+                raise self._key_refusal(key, now, plan[-1])
+            if key is not None:
+                plan, decision = plan[:-1], _without_last(decision)
             raise self._refusal(plan, decision, now)
+
+    def _key_refusal(self, key: KeyRate, now: float, window: PlannedWindow) -> QuotaExceededError:
+        self.refusals += 1
+        metric = self._refusal_metric.get("key_minute")
+        if metric is not None:
+            metric.inc()
+        wait = window.resets_at - now
+        return QuotaExceededError(
+            f"this credential is limited to {key.per_minute} requests per minute; "
+            f"retry in {math.ceil(wait)} s",
+            window="minute",
+            limit=key.per_minute,
+            retry_after=wait,
+        )
 
     async def usage(self, project_id: UUID, limits: QuotaLimits) -> dict[WindowName, WindowUsage]:
         """The current buckets' counts (what ``GET /quota`` shows); read only."""
@@ -284,3 +336,7 @@ class QuotaGate:
                 failures_not_logged=held,
                 failures_total=self.store_failures,
             )
+
+
+def _without_last(decision: MultiWindowDecision) -> MultiWindowDecision:
+    return MultiWindowDecision(decision.allowed, decision.windows[:-1])

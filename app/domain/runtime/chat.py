@@ -20,6 +20,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from app.domain.calls.admission import CallAdmission
+from app.domain.calls.callers import CallKey
 from app.domain.calls.metering import CallPricer, Meter
 from app.domain.calls.streaming import metered_stream
 from app.domain.profiles.catalog import ProfileCatalog
@@ -63,8 +64,11 @@ class RuntimeChatService:
         )
         self._preparer = ChatPreparer(self._deps)
 
-    async def prepare(self, project_id: UUID, request: RuntimeChatRequest) -> PreparedChat:
-        return await self._preparer.prepare(project_id, request)
+    async def prepare(
+        self, project_id: UUID, request: RuntimeChatRequest, key: CallKey | None = None
+    ) -> PreparedChat:
+        """``key``: the runtime token's governance (allowed models, rate)."""
+        return await self._preparer.prepare(project_id, request, key)
 
     def _stream_steps(self, prepared: PreparedChat, relay: RelayedStream) -> RuntimeStreamSteps:
         return RuntimeStreamSteps(prepared, relay, self._deps)

@@ -10,6 +10,7 @@ from litestar.types import Receive, Scope, Send
 
 from app.domain.accounts.principals import Principal, RuntimePrincipal
 from app.domain.asgi_stream import send_event_stream
+from app.domain.calls.callers import CallKey
 from app.domain.runtime.chat import RuntimeChatService
 from app.domain.runtime.prepared import ChatReply
 from app.domain.runtime.schemas import RuntimeChatRequest
@@ -73,5 +74,5 @@ class RuntimeController(Controller):
         defaults to true) ending with a usage chunk and ``data: [DONE]``; headers
         ``X-Arona-Profile``, ``X-Arona-Backend`` and ``X-Arona-Failover`` say who served."""
         runtime = require_runtime(principal)
-        prepared = await runtime_chat.prepare(runtime.project_id, data)
+        prepared = await runtime_chat.prepare(runtime.project_id, data, CallKey.of(runtime))
         return ChatResponse(await runtime_chat.reply(prepared))

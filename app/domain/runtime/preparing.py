@@ -18,6 +18,8 @@ from uuid import UUID
 
 import structlog
 
+from app.domain.calls.admission import allow_model
+from app.domain.calls.callers import CallKey
 from app.domain.calls.metering import CallRecord
 from app.domain.conversations.messages import NewMessage, validate_messages
 from app.domain.conversations.selection import choose_profile
@@ -37,7 +39,9 @@ class ChatPreparer:
     def __init__(self, deps: ChatDeps) -> None:
         self._deps = deps
 
-    async def prepare(self, project_id: UUID, request: RuntimeChatRequest) -> PreparedChat:
+    async def prepare(
+        self, project_id: UUID, request: RuntimeChatRequest, key: CallKey | None = None
+    ) -> PreparedChat:
         started = self._deps.meter.now()
         # Cheap checks first: a malformed turn is a 400 before anything touches the
         # database (not a call yet, so not metered, as on /v1).
@@ -54,7 +58,7 @@ class ChatPreparer:
         # A refused call is metered too (a 429 counts against nobody's quota but shows
         # in the project's usage, as on /v1).
         async with self._deps.meter.failures(refused):
-            return await self._prepare(project_id, request, turns, started, refused)
+            return await self._prepare(project_id, request, turns, started, refused, key)
 
     async def _prepare(
         self,
@@ -63,6 +67,7 @@ class ChatPreparer:
         turns: list[NewMessage],
         started: float,
         refused: CallRecord,
+        key: CallKey | None,
     ) -> PreparedChat:
         choice = choose_profile(self._deps.profiles, request, null_clears=False)
         history = await self._deps.conversations.load(project_id, request.conversation_id)
@@ -74,11 +79,18 @@ class ChatPreparer:
         if requested is not None and parse_llm_id(requested) is not None:
             # The project's own endpoint: no profile policies, no shared pool.
             refused.is_custom = True
-            admission = await self._deps.admission.admit(project_id, conversation, requested)
+            admission = await self._deps.admission.admit(
+                project_id, conversation, requested, key=key
+            )
             profile = custom_profile(requested, admission)
         else:
             profile = await self._deps.catalog.resolve(project_id, requested)
             refused.model_requested = refused.model_requested or profile.id
+            # The key may call what was asked for (the profile or its base model);
+            # where pins or failover then send it is the project's own policy.
+            asked = (profile.id, profile.base_model)
+            if key is not None and key.policy.limits_models:
+                allow_model(key, asked)
             # A priority conversation stays where its owner put it: no pin moves it.
             pinned = (
                 None
@@ -100,7 +112,12 @@ class ChatPreparer:
             check_capabilities(profile, request, new_turns)
             # Last: a refused request must not spend quota.
             admission = await self._deps.admission.admit(
-                project_id, conversation, profile.base_model, also_known_as=(profile.id,)
+                project_id,
+                conversation,
+                profile.base_model,
+                also_known_as=(profile.id,),
+                key=key,
+                requested=asked,
             )
         return PreparedChat(
             project_id=project_id,

@@ -22,7 +22,7 @@ import msgspec
 
 from app.db.models import VideoJob
 from app.domain.calls.admission import CallAdmission
-from app.domain.calls.callers import Caller
+from app.domain.calls.callers import Caller, CallKey
 from app.domain.calls.metering import Meter
 from app.domain.video import metering
 from app.domain.video.events import CANCELLED, publish_job
@@ -48,10 +48,12 @@ class VideoOwner:
     project_id: UUID | None
     api_key_id: UUID | None
     user_id: UUID | None
+    key: CallKey | None = None
+    """The calling key's governance (allowed models, rate)."""
 
     @classmethod
     def of(cls, caller: Caller) -> VideoOwner:
-        return cls(caller.project_id, caller.api_key_id, caller.user_id)
+        return cls(caller.project_id, caller.api_key_id, caller.user_id, caller.key)
 
     @property
     def scope(self) -> OwnerScope:
@@ -100,7 +102,7 @@ class VideoJobs:
         valid = validate(request)
         self._check_model(valid)
         try:
-            await self._admission.admit_job(owner.project_id)
+            await self._admission.admit_job(owner.project_id, model=valid.model, key=owner.key)
         except AronaError as exc:
             await self._meter.record(metering.refused(owner, valid.model, exc, self._meter.now()))
             raise
