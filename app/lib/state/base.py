@@ -78,6 +78,11 @@ def check_windows(windows: Sequence[WindowLimit], amount: int) -> None:
     """The argument checks both implementations make before ``admit_windows``."""
     if amount < 1:
         raise ValueError(f"amount must be at least 1, got {amount}")
+    _check_window_shapes(windows)
+
+
+def _check_window_shapes(windows: Sequence[WindowLimit | ReserveWindow]) -> None:
+    """Positive TTLs, limits of None or at least 0, and no key given twice."""
     keys = set()
     for window in windows:
         if window.ttl <= 0:
@@ -119,17 +124,10 @@ def check_reserve(windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: floa
     """The argument checks both implementations make before ``reserve``."""
     check_hold_id(hold_id)
     check_hold_ttl(hold_ttl)
-    keys = set()
     for window in windows:
         if window.amount < 0:
             raise ValueError(f"amount must be at least 0, got {window.amount}")
-        if window.ttl <= 0:
-            raise ValueError(f"ttl must be positive, got {window.ttl}")
-        if window.limit is not None and window.limit < 0:
-            raise ValueError(f"limit must be None or at least 0, got {window.limit}")
-        if window.key in keys:
-            raise ValueError(f"window key {window.key!r} given twice")
-        keys.add(window.key)
+    _check_window_shapes(windows)
 
 
 def check_hold_ttl(hold_ttl: float) -> None:

@@ -33,6 +33,34 @@ local function purge(expiries, amounts, now)
   redis.call('ZREMRANGEBYSCORE', expiries, '-inf', '(' .. now)
   return sum_amounts(amounts, ids, true)
 end
+-- Settle and extend share one reading of a hold (KEYS: its record, then per window:
+-- counter, expiries, amounts). Returns 0 (unknown or expired: nothing to do) or -1
+-- (the record names other windows: the id was reused since the caller read it), or
+-- nil and the windows (by index) the hold is still live in, possibly none.
+local function live_windows(hold_id, now)
+  local n = (#KEYS - 1) / 3
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    return 0, nil
+  end
+  if redis.call('HLEN', KEYS[1]) ~= n then
+    return -1, nil
+  end
+  local present = {}
+  for i = 1, n do
+    if redis.call('HEXISTS', KEYS[1], KEYS[3 * i - 1]) == 0 then
+      return -1, nil
+    end
+    local expiry = redis.call('ZSCORE', KEYS[3 * i], hold_id)
+    if expiry then
+      if tonumber(expiry) < now then
+        -- expired: the next reserve on the window purges it
+        return 0, nil
+      end
+      present[i] = true
+    end
+  end
+  return nil, present
+end
 """
 
 # KEYS: the hold record, then per window: counter, expiries, amounts.
@@ -141,30 +169,12 @@ SETTLE = (
 local now = now_ms()
 local hold_id = ARGV[1]
 local n = (#KEYS - 1) / 3
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
-end
-if redis.call('HLEN', KEYS[1]) ~= n then
-  return -1
-end
-local present = {}
-local any = false
-for i = 1, n do
-  if redis.call('HEXISTS', KEYS[1], KEYS[3 * i - 1]) == 0 then
-    return -1
-  end
-  local expiry = redis.call('ZSCORE', KEYS[3 * i], hold_id)
-  if expiry then
-    if tonumber(expiry) < now then
-      -- expired: the next reserve on the window purges it; nothing to settle
-      return 0
-    end
-    present[i] = true
-    any = true
-  end
+local refused, present = live_windows(hold_id, now)
+if refused then
+  return refused
 end
 redis.call('DEL', KEYS[1])
-if not any then
+if next(present) == nil then
   -- every window of the hold ended: there is nothing left to settle
   return 0
 end
@@ -215,28 +225,11 @@ EXTEND = (
 local now = now_ms()
 local hold_id = ARGV[1]
 local n = (#KEYS - 1) / 3
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+local refused, present = live_windows(hold_id, now)
+if refused then
+  return refused
 end
-if redis.call('HLEN', KEYS[1]) ~= n then
-  return -1
-end
-local present = {}
-local any = false
-for i = 1, n do
-  if redis.call('HEXISTS', KEYS[1], KEYS[3 * i - 1]) == 0 then
-    return -1
-  end
-  local expiry = redis.call('ZSCORE', KEYS[3 * i], hold_id)
-  if expiry then
-    if tonumber(expiry) < now then
-      return 0
-    end
-    present[i] = true
-    any = true
-  end
-end
-if not any then
+if next(present) == nil then
   return 0
 end
 local expires = now + tonumber(ARGV[2])
