@@ -5,6 +5,7 @@ created it; afterwards only its name and prefix are."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
@@ -115,6 +116,26 @@ def _tab(
     )
 
 
+async def _edited(
+    tab: Tab,
+    form: str,
+    current: Any,
+    save: Callable[[dict[str, Any]], Awaitable[None]],
+    done: str,
+) -> Template:
+    """A credential's edit form: every field checked at once, then ``save``d; a key
+    and a runtime token differ only in what saves them."""
+    values = (await tab.scope.form()).texts(*FIELDS)
+    changes, errors = read_form(values, now=utcnow(), current=current)
+    if errors:
+        return await tab.reject(form, FormState(values=values, errors=errors, failed=True))
+    try:
+        await save(changes)
+    except AronaError as exc:
+        return await tab.refuse(form, exc, FIELDS, values)
+    return await tab.show(done)
+
+
 async def _issued(tab: Tab, kind: str, name: str | None, value: str) -> Template:
     """The tab with the new credential's value, which is shown this once."""
     return await tab.show(
@@ -161,12 +182,8 @@ class KeysTab(TabPages, tab=_tab, key=KEY):
         """A key's limits, expiry and labels, all checked at once; not rotated."""
         tab.scope.require_credentials("edit API keys")
         current = await api_keys_service.get_in_project(project_id, key_id)
-        form = f"edit-{key_id}"
-        values = (await tab.scope.form()).texts(*FIELDS)
-        changes, errors = read_form(values, now=utcnow(), current=current)
-        if errors:
-            return await tab.reject(form, FormState(values=values, errors=errors, failed=True))
-        try:
+
+        async def save(changes: dict[str, Any]) -> None:
             await lifecycle.change_api_key(
                 project_id,
                 key_id,
@@ -174,9 +191,8 @@ class KeysTab(TabPages, tab=_tab, key=KEY):
                 api_keys_service=api_keys_service,
                 api_key_sync=api_key_sync,
             )
-        except AronaError as exc:
-            return await tab.refuse(form, exc, FIELDS, values)
-        return await tab.show("API key updated.")
+
+        return await _edited(tab, f"edit-{key_id}", current, save, "API key updated.")
 
     @post("/api-keys/{key_id:uuid}/revoke")
     async def revoke_key(
@@ -231,12 +247,8 @@ class KeysTab(TabPages, tab=_tab, key=KEY):
         """A token's limits and labels, or an earlier expiry, all checked at once."""
         tab.scope.require_credentials("edit runtime tokens")
         current = await runtime_tokens_service.get_in_project(project_id, token_id)
-        form = f"edit-{token_id}"
-        values = (await tab.scope.form()).texts(*FIELDS)
-        changes, errors = read_form(values, now=utcnow(), current=current)
-        if errors:
-            return await tab.reject(form, FormState(values=values, errors=errors, failed=True))
-        try:
+
+        async def save(changes: dict[str, Any]) -> None:
             await lifecycle.change_runtime_token(
                 project_id,
                 token_id,
@@ -244,9 +256,8 @@ class KeysTab(TabPages, tab=_tab, key=KEY):
                 runtime_tokens_service=runtime_tokens_service,
                 runtime_policy_sync=runtime_policy_sync,
             )
-        except AronaError as exc:
-            return await tab.refuse(form, exc, FIELDS, values)
-        return await tab.show("Runtime token updated.")
+
+        return await _edited(tab, f"edit-{token_id}", current, save, "Runtime token updated.")
 
     @post("/runtime-tokens/{token_id:uuid}/revoke")
     async def revoke_token(
