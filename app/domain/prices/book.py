@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from sqlalchemy import select
 
 from app.db.models import ModelPrice
 from app.lib.events.base import EventBus
+from app.lib.log_budget import RepeatBudget
 from app.lib.replicated_cache import CacheSync, ReplicatedCache
 from app.routing.types import Usage
 
@@ -184,8 +184,7 @@ class PriceBook:
         )
         self.loads = 0
         """Database reads made (tests check the hot path makes none)."""
-        self._clock = clock
-        self._next_warning = -math.inf
+        self._warnings = RepeatBudget(interval=WARNING_INTERVAL, clock=clock)
 
     async def _load(self, owner: UUID) -> PriceTable:
         self.loads += 1
@@ -235,11 +234,12 @@ class PriceBook:
             raise
         except Exception as exc:
             # One line per interval, not one per call, while the database is away.
-            now = self._clock()
-            if now >= self._next_warning:
-                self._next_warning = now + WARNING_INTERVAL
+            held = self._warnings.admit("unreadable")
+            if held is not None:
                 logger.warning(
-                    "could not read the price book; calls stay unpriced", error=repr(exc)
+                    "could not read the price book; calls stay unpriced",
+                    error=repr(exc),
+                    failures_not_logged=held,
                 )
             return None, None
         if price is None:

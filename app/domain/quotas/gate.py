@@ -77,6 +77,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from app.domain.quotas.errors import QuotaExceededError, QuotaUnavailableError, WindowName
 from app.domain.quotas.limits import QuotaLimits, QuotaLimitsCache
+from app.lib.log_budget import RepeatBudget
 from app.lib.state.base import MultiWindowDecision, StateStore, WindowLimit
 
 __all__ = [
@@ -165,26 +166,6 @@ class WindowUsage:
     resets_at: datetime.datetime
 
 
-class _Throttle:
-    """At most one log line per ``interval``; counts what it held back."""
-
-    def __init__(self, interval: float, clock: Clock = time.monotonic) -> None:
-        self._interval = interval
-        self._clock = clock
-        self._next = -math.inf
-        self.suppressed = 0
-
-    def ready(self) -> int | None:
-        """The number held back since the last line, when a line may be logged now."""
-        now = self._clock()
-        if now < self._next:
-            self.suppressed += 1
-            return None
-        self._next = now + self._interval
-        held, self.suppressed = self.suppressed, 0
-        return held
-
-
 class QuotaGate:
     def __init__(
         self,
@@ -200,7 +181,7 @@ class QuotaGate:
         self._store = store
         self.limits = limits
         self._clock = clock
-        self._throttle = _Throttle(log_interval)
+        self._warnings = RepeatBudget(interval=log_interval)
         self.store_failures = 0
         """StateStore errors seen by ``check`` and ``usage`` (also a metric)."""
         self.refusals = 0
@@ -327,7 +308,7 @@ class QuotaGate:
         self._warn("quota check failed; admitting unchecked (fail-open)", project_id, exc)
 
     def _warn(self, message: str, project_id: UUID, exc: Exception) -> None:
-        held = self._throttle.ready()
+        held = self._warnings.admit("store")
         if held is not None:
             logger.warning(
                 message,
