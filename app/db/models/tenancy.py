@@ -12,7 +12,7 @@ from uuid import UUID
 
 from advanced_alchemy.base import UUIDAuditBase
 from advanced_alchemy.types import DateTimeUTC
-from sqlalchemy import ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 
@@ -76,8 +76,8 @@ class OverrideKey(UUIDAuditBase):
 
 
 class ProjectQuota(UUIDAuditBase):
-    """Request limits per window. The admin sets the ceiling; an owner may lower it
-    (the lower of the two applies). ``None`` is no limit for that window."""
+    """Request, token and money limits per window. The admin sets the ceiling; an
+    owner may lower it (the lower of the two applies). ``None`` is no limit."""
 
     __tablename__ = "project_quotas"
 
@@ -92,3 +92,15 @@ class ProjectQuota(UUIDAuditBase):
     owner_per_month: Mapped[int | None] = mapped_column(default=None)
     fail_closed: Mapped[bool] = mapped_column(default=False)
     """When the state store is unreachable: refuse (True) or admit (False, default)."""
+    # Tokens (prompt + completion) per window, and money per day and month in
+    # micro-units of the price book's currency; the same ceiling/owner rule.
+    tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    tokens_per_day: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    tokens_per_month: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    budget_per_day_micros: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    budget_per_month_micros: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    owner_tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    owner_tokens_per_day: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    owner_tokens_per_month: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    owner_budget_per_day_micros: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    owner_budget_per_month_micros: Mapped[int | None] = mapped_column(BigInteger, default=None)
