@@ -81,6 +81,13 @@ class Settings:
     replica is killed) instead of only buffering it in memory."""
     usage_wal_max_entries: int = 1_000_000
     """The stream is trimmed to about this many entries (a long database outage)."""
+    quota_hold_seconds: float = 120.0
+    """How long a call's token and budget reservation lives without being extended
+    (a live call extends it every half of this): how soon a killed replica's
+    in-flight reservations stop counting."""
+    quota_default_output_tokens: int = 1024
+    """A chat call's output estimate when it sets no ``max_tokens`` and its model
+    has no known output limit (settled to the actual count when it ends)."""
     breaker_failure_threshold: int = 3
     breaker_open_seconds: float = 30.0
     backend_cooldown_seconds: float = 30.0
@@ -291,6 +298,8 @@ _ENV: tuple[tuple[str, str, _Parse], ...] = (
     ("ARONA_USAGE_FLUSH_SECONDS", "usage_flush_seconds", _parse_positive_float),
     ("ARONA_USAGE_WAL", "usage_wal", _parse_bool),
     ("ARONA_USAGE_WAL_MAX_ENTRIES", "usage_wal_max_entries", _int(1000)),
+    ("ARONA_QUOTA_HOLD_SECONDS", "quota_hold_seconds", _parse_positive_float),
+    ("ARONA_QUOTA_DEFAULT_OUTPUT_TOKENS", "quota_default_output_tokens", _int(0, 10_000_000)),
     ("ARONA_BREAKER_FAILURE_THRESHOLD", "breaker_failure_threshold", _int(1)),
     ("ARONA_BREAKER_OPEN_SECONDS", "breaker_open_seconds", _parse_positive_float),
     ("ARONA_BACKEND_COOLDOWN_SECONDS", "backend_cooldown_seconds", _parse_positive_float),

@@ -38,6 +38,7 @@ from app.domain.backends.wiring import (
 from app.domain.calls.admission import CallAdmission
 from app.domain.calls.callers import CallerResolver
 from app.domain.calls.deps import calls_dependencies
+from app.domain.calls.estimate import CallEstimator
 from app.domain.conversations.deps import conversations_dependencies
 from app.domain.custom_llms.setup import CustomLlms
 from app.domain.custom_llms.wiring import CustomLlmsWiring
@@ -242,7 +243,12 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     )
     usage = UsageWiring(settings, engine=engine, redis=redis, registry=metrics.registry)
     quotas = QuotasWiring(
-        db_config=db_config, state_store=state_store, bus=bus, registry=metrics.registry
+        db_config=db_config,
+        state_store=state_store,
+        bus=bus,
+        registry=metrics.registry,
+        instance_id=instance_id,
+        hold_seconds=settings.quota_hold_seconds,
     )
     profiles = ProfilesWiring(db_config=db_config, bus=bus)
     prices = PricesWiring(db_config=db_config, bus=bus)
@@ -269,6 +275,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         custom=custom.custom_llms.directory,
         custom_targets=DirectTargets(
             backend_factory(custom.custom_llms.http), breaker_factory(settings)
+        ),
+        estimator=CallEstimator(
+            prices.book, default_output_tokens=settings.quota_default_output_tokens
         ),
     )
     video = VideoWiring(

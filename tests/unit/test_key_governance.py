@@ -19,7 +19,7 @@ from app.domain.accounts.governance import (
 )
 from app.domain.calls.admission import allow_model
 from app.domain.calls.callers import CallKey
-from app.domain.quotas.gate import KeyRate, QuotaExceededError, QuotaGate
+from app.domain.quotas.gate import KeyLimits, QuotaExceededError, QuotaGate
 from app.domain.quotas.limits import QuotaLimits, QuotaLimitsCache
 from app.lib.state.memory import MemoryStateStore
 
@@ -138,20 +138,20 @@ async def test_a_keys_rpm_is_counted_with_the_project_quota() -> None:
     now = NOW.timestamp()
     gate = QuotaGate(store, QuotaLimitsCache(limits), clock=lambda: now)
     for _ in range(2):
-        await gate.check(project, KeyRate(key, 2))
+        await gate.check(project, KeyLimits(key, rpm=2))
     with pytest.raises(QuotaExceededError) as refused:
-        await gate.check(project, KeyRate(key, 2))
+        await gate.check(project, KeyLimits(key, rpm=2))
     assert refused.value.code == "rate_limit_exceeded"
     assert refused.value.headers == {"Retry-After": "60"}
     assert "2 requests per minute" in refused.value.message
     # The refusal counted nowhere: the project's day holds the 2 admitted calls, and
     # another key of the project still has room.
-    await gate.check(project, KeyRate(other_key, 2))
+    await gate.check(project, KeyLimits(other_key, rpm=2))
     usage = await gate.usage(project, QuotaLimits(per_day=10))
     assert usage["day"].used == 3
     # Outside the project quota (a custom LLM), the key's rate still applies.
     with pytest.raises(QuotaExceededError):
-        await gate.check(project, KeyRate(key, 2), project_quota=False)
+        await gate.check(project, KeyLimits(key, rpm=2), project_quota=False)
     assert (await gate.usage(project, QuotaLimits(per_day=10)))["day"].used == 3
 
 
@@ -163,8 +163,8 @@ async def test_the_project_refusal_wins_when_its_own_window_is_full() -> None:
 
     now = NOW.timestamp()
     gate = QuotaGate(MemoryStateStore(), QuotaLimitsCache(limits), clock=lambda: now)
-    await gate.check(project, KeyRate(key, 100))
+    await gate.check(project, KeyLimits(key, rpm=100))
     with pytest.raises(QuotaExceededError) as refused:
-        await gate.check(project, KeyRate(key, 100))
+        await gate.check(project, KeyLimits(key, rpm=100))
     assert refused.value.code == "quota_exceeded"
     assert refused.value.window == "day"

@@ -10,10 +10,15 @@ Every metered call of a project passes here once, before routing:
 
 Per-key governance (``CallKey``, the API key's or runtime token's ``KeyPolicy``)
 comes first: a model outside the key's allowed models is a 403 ``model_not_allowed``
-before any of the above, and the key's ``rpm`` is one more window in the same atomic
-admission as the project's quota (on custom-LLM and override-key calls too: the key's
-rate limits the key, whoever pays). ``tpm`` and the money budget are held but not
-enforced yet: ``_reserve_key`` is where their reservation goes.
+before any of the above. The key's ``rpm``, ``tpm`` and money budget are more windows
+in the same atomic admission as the project's quota (on custom-LLM and override-key
+calls too: the key's limits limit the key, whoever pays).
+
+When a token limit or a budget applies (the project's or the key's), admission is a
+reservation (``QuotaGate.reserve``): the call's estimated tokens and cost
+(``CallEstimator``, from the ``CallShape`` the surface passes) are held with its
+request, and the ``Hold`` rides on the ``Admission`` to the call's record; the meter
+settles it to what the call used.
 
 The custom LLM adapters come from ``app.routing.direct_targets`` (built by the routing
 backend factory, cached per project and name, rebuilt when the target changes); the
@@ -23,11 +28,12 @@ server hands it a factory over the SSRF-guarded pool.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from uuid import UUID
 
 from app.domain.accounts.governance import ModelNotAllowedError
 from app.domain.calls.callers import CallKey
+from app.domain.calls.estimate import CallEstimator, CallShape
 from app.domain.custom_llms.directory import (
     CustomListing,
     CustomLlmDirectory,
@@ -35,7 +41,8 @@ from app.domain.custom_llms.directory import (
     parse_llm_id,
 )
 from app.domain.overrides.index import OverrideIndex
-from app.domain.quotas.gate import KeyRate, QuotaGate
+from app.domain.quotas.gate import CallEstimate, KeyLimits, QuotaGate
+from app.domain.quotas.holds import Hold
 from app.routing.direct_targets import DirectTargets
 from app.routing.errors import ModelNotFoundError
 from app.routing.registry import BackendState
@@ -51,6 +58,8 @@ class Admission:
     is_override_key: bool = False
     max_output_tokens: int | None = None
     """The custom LLM's limit, for callers that check ``max_tokens`` against it."""
+    hold: Hold | None = field(default=None, repr=False)
+    """The call's reservation, settled by the meter (``None``: nothing held)."""
 
 
 class CallAdmission:
@@ -61,11 +70,13 @@ class CallAdmission:
         quotas: QuotaGate,
         custom: CustomLlmDirectory,
         custom_targets: DirectTargets,
+        estimator: CallEstimator | None = None,
     ) -> None:
         self._overrides = overrides
         self._quotas = quotas
         self._custom = custom
         self._custom_targets = custom_targets
+        self._estimator = estimator or CallEstimator(None)
 
     async def admit(
         self,
@@ -76,60 +87,75 @@ class CallAdmission:
         also_known_as: Sequence[str] = (),
         key: CallKey | None = None,
         requested: Sequence[str] = (),
+        shape: CallShape | None = None,
     ) -> Admission:
         """Decide the call's path; raises 403 for a model the key may not call, 404
-        for an unknown custom LLM and 429 when the quota or the key's rate is spent.
-        ``also_known_as`` are further names an override key may be attached to (a
-        runtime profile's id besides its model). The key's allowed models are matched
-        against ``requested`` (what the client asked for) when given, else against
-        ``model`` and ``also_known_as``."""
+        for an unknown custom LLM and 429 when a quota, token limit or budget (the
+        project's or the key's) has no room. ``also_known_as`` are further names an
+        override key may be attached to (a runtime profile's id besides its model).
+        The key's allowed models are matched against ``requested`` (what the client
+        asked for) when given, else against ``model`` and ``also_known_as``.
+        ``shape`` is what the call's estimate is made of (without it, a call is held
+        at no tokens and no cost and settles to its actual use)."""
         if key is not None and key.policy.limits_models:
             allow_model(key, requested or (model, *also_known_as))
+        names = (model, *also_known_as)
         name = parse_llm_id(model)
         if name is not None:
             admission = await self._custom_call(project_id, name, model)
-            await self._reserve_key(project_id, key, project_quota=False)
-            return admission
+            if shape is not None and admission.max_output_tokens is not None:
+                shape = _capped(shape, admission.max_output_tokens)
+            hold = await self._reserve(
+                project_id, key, shape, (model, admission.model), project_quota=False
+            )
+            return replace(admission, hold=hold)
         if project_id is None:
             return Admission(model)  # a user's own call: no project quota, no overrides
-        for candidate in (model, *also_known_as):
+        for candidate in names:
             matched = await self._overrides.match(project_id, conversation_id, candidate)
             if matched is not None:
-                await self._reserve_key(project_id, key, project_quota=False)
-                return Admission(model, api_key=matched.api_key, is_override_key=True)
-        await self._reserve_key(project_id, key, project_quota=True)
-        return Admission(model)
+                hold = await self._reserve(project_id, key, shape, names, project_quota=False)
+                return Admission(model, api_key=matched.api_key, is_override_key=True, hold=hold)
+        hold = await self._reserve(project_id, key, shape, names, project_quota=True)
+        return Admission(model, hold=hold)
 
     async def admit_job(
         self, project_id: UUID | None, *, model: str | None = None, key: CallKey | None = None
     ) -> None:
         """A video job: no custom LLM or override key serves one, so the project's
-        quota and the key's own limits decide (403 for a model the key may not call,
-        429 when a window is spent); a user's own job counts against none."""
+        request quota and the key's rate decide (403 for a model the key may not call,
+        429 when a window is spent); a user's own job counts against none. A job's
+        tokens and spend are not reserved: it is priced when it ends."""
         if key is not None and model is not None and key.policy.limits_models:
             allow_model(key, (model,))
         if project_id is not None:
-            await self._reserve_key(project_id, key, project_quota=True)
+            await self._quotas.check(project_id, key_limits(key), project_quota=True)
 
-    async def _reserve_key(
-        self, project_id: UUID | None, key: CallKey | None, *, project_quota: bool
-    ) -> None:
-        """The one atomic admission of a call: the project's quota windows (unless
-        the call is outside it) and the key's ``rpm`` window.
-
-        The seam for the reservation primitive (``StateStore.reserve`` / ``settle`` /
-        ``release``): the key's ``tpm`` (a minute window under the same hash tag,
-        ``quota:{<project>}:k:<credential>:t:<minute>``, holding the call's token
-        estimate) and its money budget (a day or month window per ``budget_period``,
-        holding the estimated cost in micro-units) are to be reserved here, in the
-        same step as these windows, under the call's hold id, and settled to actuals
-        when the call is metered. Until then they are stored and shown, not enforced."""
+    async def _reserve(
+        self,
+        project_id: UUID | None,
+        key: CallKey | None,
+        shape: CallShape | None,
+        names: Sequence[str],
+        *,
+        project_quota: bool,
+    ) -> Hold | None:
+        """The one atomic admission of a call: the project's windows (unless the call
+        is outside its quota) and the key's, holding the call's estimate where a
+        token limit or budget counts it."""
         if project_id is None:
-            return
-        rate = None
-        if key is not None and key.policy.rpm is not None:
-            rate = KeyRate(key.credential_id, key.policy.rpm)
-        await self._quotas.check(project_id, rate, project_quota=project_quota)
+            return None
+
+        async def estimate() -> CallEstimate:
+            if shape is None:
+                return CallEstimate(0, 0)
+            return await self._estimator.estimate(
+                shape, names, project_id, is_custom_or_override=not project_quota
+            )
+
+        return await self._quotas.reserve(
+            project_id, key_limits(key), estimate, project_quota=project_quota
+        )
 
     async def custom_llms(self, project_id: UUID | None) -> list[CustomListing]:
         """The project's enabled custom LLMs (``/v1/models`` lists them)."""
@@ -153,6 +179,28 @@ class CallAdmission:
         return self._custom_targets.state_for(
             (target.project_id, target.name), target.backend_spec()
         )
+
+
+def key_limits(key: CallKey | None) -> KeyLimits | None:
+    """The key's rate, token and money limits (``None``: no key, or none set)."""
+    if key is None:
+        return None
+    policy = key.policy
+    if policy.rpm is None and policy.tpm is None and policy.budget_micros is None:
+        return None
+    return KeyLimits(
+        key.credential_id,
+        rpm=policy.rpm,
+        tpm=policy.tpm,
+        budget_micros=policy.budget_micros,
+        budget_period="day" if policy.budget_period == "day" else "month",
+    )
+
+
+def _capped(shape: CallShape, cap: int) -> CallShape:
+    if shape.output_cap is None or shape.output_cap > cap:
+        return replace(shape, output_cap=cap)
+    return shape
 
 
 def allow_model(key: CallKey, names: Sequence[str]) -> None:

@@ -3,7 +3,8 @@
 Every surface collects a ``CallRecord`` while its call runs (``/v1`` chat and
 embeddings, the runtime chat, video jobs) and turns it into the same ``UsageEntry``:
 the request path hands it to the ``UsageSink`` through ``Meter`` (which prices it at
-settle with its ``CallPricer`` and never fails the call it meters); video jobs
+settle with its ``CallPricer``, settles the admission's reservation to the call's
+actual tokens and cost, and never fails the call it meters); video jobs
 write it as a row in the transaction that makes the job final (``usage_row``).
 """
 
@@ -20,6 +21,7 @@ import structlog
 
 from app.domain.calls.admission import Admission
 from app.domain.calls.callers import Caller
+from app.domain.quotas.holds import Hold
 from app.domain.records import copied
 from app.domain.usage.entry import UsageEntry, UsageSink
 from app.lib.clock import utcnow
@@ -63,6 +65,8 @@ class CallRecord:
     """What the call cost in micro-units of ``currency`` (None: unpriced)."""
     currency: str | None = None
     cost_estimated: bool = False
+    hold: Hold | None = None
+    """The admission's reservation, settled to this call's use when it is metered."""
 
     def charged_to(self, caller: Caller) -> None:
         self.project_id = caller.project_id
@@ -70,6 +74,7 @@ class CallRecord:
 
     def admitted(self, admission: Admission) -> None:
         self.is_custom, self.is_override_key = admission.is_custom, admission.is_override_key
+        self.hold = admission.hold
 
     def failed(self, error: AronaError) -> None:
         self.status, self.error_code = error.status_code, error.code
@@ -149,6 +154,12 @@ class Meter:
             at = utcnow()
             if self._prices is not None and call.usage is not None:
                 call.priced(*await self._prices.cost_of(call, at))
+            if call.hold is not None:
+                # Tokens and cost settle to actuals (0 when no upstream answered).
+                usage = call.usage
+                await call.hold.settle(
+                    0 if usage is None else usage.total_tokens, call.cost_micros or 0
+                )
             await self._sink.record(call.entry(latency_ms=latency_ms, created_at=at))
         except Exception as exc:  # metering must never fail the request it meters
             logger.error("could not record usage", error=repr(exc))

@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator
 
 from app.domain.calls.admission import Admission, CallAdmission
 from app.domain.calls.callers import Caller
+from app.domain.calls.estimate import CallShape
 from app.domain.calls.metering import CallPricer, CallRecord, Meter
 from app.domain.calls.streaming import StreamSteps, metered_stream
 from app.domain.gateway.parsing import Endpoint, GatewayRequest, ListedModelOut
@@ -93,9 +94,15 @@ class GatewayService:
             api_key=admission.api_key,
         )
 
-    async def _admit(self, caller: Caller, request: GatewayRequest) -> Admission:
+    async def _admit(
+        self, caller: Caller, request: GatewayRequest, endpoint: Endpoint
+    ) -> Admission:
         return await self.admission.admit(
-            caller.project_id, request.conversation_id, request.model, key=caller.key
+            caller.project_id,
+            request.conversation_id,
+            request.model,
+            key=caller.key,
+            shape=CallShape(request.body, embedding=endpoint == "embeddings"),
         )
 
     def _begin(self, caller: Caller, request: GatewayRequest, endpoint: Endpoint) -> CallRecord:
@@ -115,7 +122,7 @@ class GatewayService:
         """A non-streaming chat completion or an embedding."""
         record = self._begin(caller, request, endpoint)
         async with self.meter.failures(record):
-            admission = await self._admit(caller, request)
+            admission = await self._admit(caller, request, endpoint)
             record.admitted(admission)
             hints = self._hints(caller, request, admission)
             call = self.routing.chat if endpoint == "chat" else self.routing.embed
@@ -131,7 +138,7 @@ class GatewayService:
         """Open the upstream stream (errors before it starts raise normally)."""
         record = self._begin(caller, request, "chat")
         async with self.meter.failures(record):
-            admission = await self._admit(caller, request)
+            admission = await self._admit(caller, request, "chat")
             record.admitted(admission)
             relay = await self.routing.open_chat_stream(
                 admission.model,

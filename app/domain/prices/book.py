@@ -109,7 +109,7 @@ class Price:
 class PriceTable:
     """One owner's prices by (model, backend), each list newest first."""
 
-    __slots__ = ("_rows", "size")
+    __slots__ = ("_backends", "_rows", "size")
 
     def __init__(self, prices: Iterable[Price]) -> None:
         rows: dict[tuple[str, str | None], list[Price]] = {}
@@ -118,7 +118,24 @@ class PriceTable:
         for history in rows.values():
             history.sort(key=lambda p: p.effective_from, reverse=True)
         self._rows = rows
+        self._backends: dict[str, list[str | None]] = {}
+        for model, backend in rows:
+            self._backends.setdefault(model, []).append(backend)
         self.size = sum(len(history) for history in rows.values())
+
+    def dearest(
+        self, names: Sequence[str], usage: Usage, at: datetime.datetime, *, embedding: bool
+    ) -> int:
+        """What ``usage`` costs at the dearest price in force for any of ``names`` on
+        any backend (0 when none has one): before routing the backend, and so the
+        price ``cost_of`` will pick, is unknown, and a reservation must not be short."""
+        costs = [
+            price.cost_micros(usage, embedding=embedding)
+            for name in names
+            for backend in self._backends.get(name, ())
+            if (price := self.in_force(name, backend, at)) is not None
+        ]
+        return max(costs, default=0)
 
     def in_force(self, model: str, backend: str | None, at: datetime.datetime) -> Price | None:
         """The price of exactly (model, backend) in force at ``at``."""
@@ -212,6 +229,32 @@ class PriceBook:
             owner = PLATFORM
         names = [n for n in dict.fromkeys((model_requested, profile, resolved_model)) if n]
         return (await self.table(owner)).match(names, backend, at)
+
+    async def estimate_micros(
+        self,
+        names: Sequence[str],
+        usage: Usage,
+        project_id: UUID | None,
+        is_custom_or_override: bool,
+        *,
+        embedding: bool,
+    ) -> int:
+        """The most a call of ``usage`` may cost now, for admission's reservation
+        (see ``PriceTable.dearest``); 0 when unpriced or when the book cannot be read
+        (the call is then held at no cost and settles to its actual one)."""
+        if is_custom_or_override and project_id is None:
+            return 0
+        owner = project_id if is_custom_or_override and project_id is not None else PLATFORM
+        try:
+            table = await self.table(owner)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return 0
+        wanted = [n for n in dict.fromkeys(names) if n]
+        return table.dearest(
+            wanted, usage, datetime.datetime.now(datetime.UTC), embedding=embedding
+        )
 
     async def cost_of(
         self, call: CallRecord, at: datetime.datetime

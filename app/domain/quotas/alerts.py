@@ -20,10 +20,23 @@ at the next threshold or bucket, is unaffected).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 from uuid import UUID
+
+import structlog
+
+from app.lib.events.base import EventBus
+from app.lib.log_budget import RepeatBudget
+from app.lib.state.base import StateStore
+
+if TYPE_CHECKING:
+    from app.domain.quotas.windows import PlannedWindow
+
+logger = structlog.get_logger()
 
 CHANNEL = "budgets.alerts"
 
@@ -31,6 +44,9 @@ AlertMetric = Literal["cost", "tokens", "requests"]
 AlertWindow = Literal["day", "month"]
 THRESHOLDS = (80, 100)
 """Percent of the limit at which an alert is raised, lowest first."""
+MAX_REMEMBERED = 10_000
+"""Markers this replica remembers having settled (won or lost), so that a window
+past its threshold costs one store call per replica, not one per call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +102,123 @@ class AlertSink(Protocol):
 
 def _iso(at: datetime.datetime) -> str:
     return at.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+class BudgetAlerts:
+    """Raises each threshold alert once (see the module doc). ``observe`` is called by
+    the gate with the windows an admission counted in and their counts; it does no
+    I/O itself (a task claims and emits), so admission never waits for an alert."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        bus: EventBus,
+        *,
+        origin: str,
+        currency: str = "USD",
+        sinks: Sequence[AlertSink] = (),
+        log_interval: float = 60.0,
+    ) -> None:
+        self._store = store
+        self._bus = bus
+        self.origin = origin
+        self._currency = currency
+        self.sinks: list[AlertSink] = list(sinks)
+        self._seen: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._warnings = RepeatBudget(interval=log_interval)
+        self.emitted = 0
+
+    def observe(
+        self,
+        project_id: UUID,
+        windows: Sequence[PlannedWindow],
+        counts: Sequence[int],
+        now: float,
+    ) -> None:
+        for window, used in zip(windows, counts, strict=True):
+            if window.limit is None or window.name == "minute" or window.limit <= 0:
+                continue
+            threshold = _crossed(used, window.limit)
+            if threshold is None:
+                continue
+            marker = f"{window.key}|alert:{threshold}"
+            if marker in self._seen:
+                continue
+            self._remember(marker, window.resets_at, now)
+            task = asyncio.get_running_loop().create_task(
+                self._claim(marker, project_id, window, threshold, used, now)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _remember(self, marker: str, until: float, now: float) -> None:
+        if len(self._seen) >= MAX_REMEMBERED:
+            self._seen = {m: end for m, end in self._seen.items() if end > now}
+            if len(self._seen) >= MAX_REMEMBERED:
+                self._seen.clear()  # a marker forgotten costs one more store call
+        self._seen[marker] = until
+
+    async def _claim(
+        self,
+        marker: str,
+        project_id: UUID,
+        window: PlannedWindow,
+        threshold: int,
+        used: int,
+        now: float,
+    ) -> None:
+        try:
+            ttl = max(1.0, window.ttl(now))
+            if not await self._store.set_if_absent(marker, b"1", ttl=ttl):
+                return  # another replica (or an earlier call here) raised it
+            alert = BudgetAlert(
+                alert_id=marker.removeprefix("quota:"),
+                project_id=project_id,
+                credential_id=window.credential_id,
+                metric=window.metric,
+                window=window.name,  # type: ignore[arg-type]  # minute windows are skipped
+                threshold=threshold,
+                used=used,
+                limit=window.limit or 0,
+                currency=self._currency if window.metric == "cost" else None,
+                resets_at=datetime.datetime.fromtimestamp(window.resets_at, datetime.UTC),
+                at=datetime.datetime.fromtimestamp(now, datetime.UTC),
+            )
+            await self.emit(alert)
+        except Exception as exc:
+            # The marker may be set without an emit: this alert is lost, not repeated.
+            self._warn(exc)
+
+    async def emit(self, alert: BudgetAlert) -> None:
+        self.emitted += 1
+        logger.info(
+            "budget threshold reached",
+            project_id=str(alert.project_id),
+            scope=alert.scope,
+            metric=alert.metric,
+            window=alert.window,
+            threshold=alert.threshold,
+        )
+        for sink in self.sinks:
+            await sink.alert(alert)
+        await self._bus.publish(CHANNEL, alert.event(self.origin))
+
+    def _warn(self, exc: Exception) -> None:
+        held = self._warnings.admit("alert")
+        if held is not None:
+            logger.warning("could not raise a budget alert", error=repr(exc), not_logged=held)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _crossed(used: int, limit: int) -> int | None:
+    """The highest threshold ``used`` is at or past, if any."""
+    for threshold in reversed(THRESHOLDS):
+        if used * 100 >= limit * threshold:
+            return threshold
+    return None

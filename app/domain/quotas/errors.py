@@ -7,22 +7,39 @@ from typing import Literal
 from app.lib.errors import RateLimitedError, ServiceUnavailableError
 
 WindowName = Literal["minute", "day", "month"]
+Metric = Literal["requests", "tokens", "cost"]
 
 
 class QuotaExceededError(RateLimitedError):
-    """429 with ``Retry-After``: a window of the project's quota is full.
+    """429 with ``Retry-After``: a window of the project's (or its key's) limits is full.
 
-    ``code`` is ``rate_limit_exceeded`` for the minute window, ``quota_exceeded`` for
-    the day and month windows; ``window`` and ``limit`` say which one refused.
+    ``code`` says which kind: ``budget_exceeded`` for a money budget,
+    ``token_limit_exceeded`` for a token limit, and for requests
+    ``rate_limit_exceeded`` (the minute window) or ``quota_exceeded`` (day, month);
+    ``window``, ``limit`` and ``metric`` say which window refused.
     """
 
     default_code = "quota_exceeded"
 
-    def __init__(self, message: str, *, window: WindowName, limit: int, retry_after: float) -> None:
-        code = "rate_limit_exceeded" if window == "minute" else "quota_exceeded"
+    def __init__(
+        self,
+        message: str,
+        *,
+        window: WindowName,
+        limit: int,
+        retry_after: float,
+        metric: Metric = "requests",
+    ) -> None:
+        if metric == "cost":
+            code = "budget_exceeded"
+        elif metric == "tokens":
+            code = "token_limit_exceeded"
+        else:
+            code = "rate_limit_exceeded" if window == "minute" else "quota_exceeded"
         super().__init__(message, retry_after=retry_after, code=code)
         self.window: WindowName = window
         self.limit = limit
+        self.metric: Metric = metric
 
 
 class QuotaUnavailableError(ServiceUnavailableError):

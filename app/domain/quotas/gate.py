@@ -65,9 +65,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import math
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -75,13 +75,33 @@ from uuid import UUID
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from app.domain.quotas.errors import QuotaExceededError, QuotaUnavailableError, WindowName
+from app.domain.quotas.alerts import BudgetAlerts
+from app.domain.quotas.errors import (
+    Metric,
+    QuotaExceededError,
+    QuotaUnavailableError,
+    WindowName,
+)
+from app.domain.quotas.holds import Hold, HoldFailures
 from app.domain.quotas.limits import QuotaLimits, QuotaLimitsCache
+from app.domain.quotas.refusals import refusal_message
+from app.domain.quotas.windows import (
+    WINDOWS,
+    Buckets,
+    KeyLimits,
+    PlannedWindow,
+    plan_key_windows,
+    plan_usage_windows,
+    plan_windows,
+    project_base,
+    request_windows,
+)
 from app.lib.log_budget import RepeatBudget
-from app.lib.state.base import MultiWindowDecision, StateStore, WindowLimit
+from app.lib.state.base import MultiWindowDecision, StateStore
 
 __all__ = [
-    "KeyRate",
+    "CallEstimate",
+    "KeyLimits",
     "QuotaExceededError",
     "QuotaGate",
     "QuotaUnavailableError",
@@ -92,76 +112,31 @@ __all__ = [
 
 logger = structlog.get_logger()
 
-WINDOWS: tuple[WindowName, ...] = ("minute", "day", "month")
-# Keys outlive their bucket by this much, so a replica whose clock runs a little
-# behind still finds the bucket's count rather than a fresh key.
-KEY_GRACE_SECONDS = 5.0
 FAIL_CLOSED_RETRY_AFTER = 5
 DEFAULT_LOG_INTERVAL = 60.0
+DEFAULT_HOLD_TTL = 120.0
+"""Seconds a call's reservation lives unless extended: how soon a killed replica's
+in-flight units come back (a live call extends its hold every half of it)."""
 
 Clock = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
-class PlannedWindow:
-    name: WindowName
-    key: str
-    limit: int | None
-    resets_at: float
-    """Epoch seconds (UTC) when the bucket ends."""
+class CallEstimate:
+    """What a call may use at most, as admission reserves it."""
 
-    def spec(self, now: float) -> WindowLimit:
-        return WindowLimit(self.key, self.limit, self.resets_at - now + KEY_GRACE_SECONDS)
+    tokens: int
+    cost_micros: int
 
 
-def _utc(epoch: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC)
-
-
-def plan_windows(project_id: UUID, limits: QuotaLimits, now: float) -> tuple[PlannedWindow, ...]:
-    """The minute, day and month buckets ``now`` (epoch seconds) falls in."""
-    minute = math.floor(now / 60)
-    day_start = _utc(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    day_end = day_start + datetime.timedelta(days=1)
-    if day_start.month == 12:
-        month_end = day_start.replace(year=day_start.year + 1, month=1, day=1)
-    else:
-        month_end = day_start.replace(month=day_start.month + 1, day=1)
-    base = f"quota:{{{project_id}}}"
-    return (
-        PlannedWindow("minute", f"{base}:m:{minute}", limits.per_minute, (minute + 1) * 60.0),
-        PlannedWindow("day", f"{base}:d:{day_start:%Y%m%d}", limits.per_day, day_end.timestamp()),
-        PlannedWindow(
-            "month", f"{base}:mo:{day_start:%Y%m}", limits.per_month, month_end.timestamp()
-        ),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRate:
-    """One credential's requests-per-minute limit (an API key's or runtime token's
-    ``rpm``), counted in the same atomic admission as its project's quota."""
-
-    credential_id: UUID
-    per_minute: int
-
-
-def key_window(project_id: UUID, rate: KeyRate, now: float) -> PlannedWindow:
-    """The credential's minute bucket; under the project's hash tag, so one Lua call
-    covers it and the project's windows on a Redis Cluster too."""
-    minute = math.floor(now / 60)
-    return PlannedWindow(
-        "minute",
-        f"quota:{{{project_id}}}:k:{rate.credential_id}:m:{minute}",
-        rate.per_minute,
-        (minute + 1) * 60.0,
-    )
+EstimateOf = Callable[[], Awaitable[CallEstimate]]
 
 
 @dataclass(frozen=True, slots=True)
 class WindowUsage:
     used: int | None
-    """Requests admitted in the current bucket; ``None`` when the store is unreachable."""
+    """Units counted in the current bucket, in-flight reservations included;
+    ``None`` when the store is unreachable or the window is not counted."""
     limit: int | None
     resets_at: datetime.datetime
 
@@ -175,18 +150,24 @@ class QuotaGate:
         clock: Clock = time.time,
         registry: CollectorRegistry | None = None,
         log_interval: float = DEFAULT_LOG_INTERVAL,
+        hold_ttl: float = DEFAULT_HOLD_TTL,
+        alerts: BudgetAlerts | None = None,
     ) -> None:
         """``clock`` is wall-clock epoch seconds (tests pass a fake one to cross
-        windows); ``registry`` gets the gate's Prometheus counters when given."""
+        windows); ``registry`` gets the gate's Prometheus counters when given;
+        ``alerts`` raises the 80 % / 100 % threshold alerts."""
         self._store = store
         self.limits = limits
         self._clock = clock
         self._warnings = RepeatBudget(interval=log_interval)
+        self.hold_ttl = hold_ttl
+        self.alerts = alerts
         self.store_failures = 0
-        """StateStore errors seen by ``check`` and ``usage`` (also a metric)."""
+        """StateStore errors seen by ``check``, ``reserve`` and ``usage`` (a metric too)."""
         self.refusals = 0
         self._failure_metric: dict[bool, Any] = {}
-        self._refusal_metric: dict[str, Any] = {}
+        self._refusal_metric: Any | None = None
+        settle_metric = None
         if registry is not None:
             failures = Counter(
                 "arona_quota_store_failures_total",
@@ -194,104 +175,190 @@ class QuotaGate:
                 ("policy",),
                 registry=registry,
             )
-            refusals = Counter(
+            self._refusal_metric = Counter(
                 "arona_quota_refusals_total",
-                "Requests refused by a project quota, by window.",
-                ("window",),
+                "Requests refused by a limit, by window, what it counts and whose it is.",
+                ("window", "metric", "scope"),
+                registry=registry,
+            )
+            settle_metric = Counter(
+                "arona_quota_settle_failures_total",
+                "Reservations the state store could not settle, extend or release.",
                 registry=registry,
             )
             self._failure_metric = {
                 False: failures.labels("fail_open"),
                 True: failures.labels("fail_closed"),
             }
-            self._refusal_metric = {
-                name: refusals.labels(name) for name in (*WINDOWS, "key_minute")
-            }
+        self.hold_failures = HoldFailures(settle_metric, log_interval)
 
     async def check(
-        self, project_id: UUID, key: KeyRate | None = None, *, project_quota: bool = True
+        self, project_id: UUID, key: KeyLimits | None = None, *, project_quota: bool = True
     ) -> None:
-        """Admit one request of ``project_id`` or raise (see the module docstring).
+        """Admit one request of ``project_id`` or raise (see the module docstring),
+        counting requests only: the key's ``rpm`` and the project's request windows.
 
-        ``key``: the calling credential's own per-minute limit, admitted in the same
-        atomic step (both counted, or neither). ``project_quota=False`` checks only
-        that (a custom LLM or override-key call is outside the project's quota but
-        not outside its key's rate)."""
+        ``key``: the calling credential's limits; only its ``rpm`` is counted here,
+        in the same atomic step (both counted, or neither). ``project_quota=False``
+        checks only that (a custom LLM or override-key call is outside the project's
+        quota but not outside its key's rate)."""
         limits = await self.limits.get(project_id)
-        counts_project = project_quota and not limits.unlimited
-        if not counts_project and key is None:
-            return
         now = self._clock()
-        plan = plan_windows(project_id, limits, now) if counts_project else ()
-        if key is not None:
-            plan = (*plan, key_window(project_id, key, now))
+        buckets = Buckets.at(now)
+        plan = self._request_plan(project_id, limits, key, buckets, project_quota)
+        if not plan:
+            return
         try:
             decision = await self._store.admit_windows([w.spec(now) for w in plan])
         except Exception as exc:
             self._store_failed(project_id, limits, exc)
             return
         if not decision.allowed:
-            if key is not None and all(w.fits for w in decision.windows[:-1]):
-                raise self._key_refusal(key, now, plan[-1])
-            if key is not None:
-                plan, decision = plan[:-1], _without_last(decision)
-            raise self._refusal(plan, decision, now)
+            raise self._refusal(project_id, plan, decision, now)
 
-    def _key_refusal(self, key: KeyRate, now: float, window: PlannedWindow) -> QuotaExceededError:
-        self.refusals += 1
-        metric = self._refusal_metric.get("key_minute")
-        if metric is not None:
-            metric.inc()
-        wait = window.resets_at - now
-        return QuotaExceededError(
-            f"this credential is limited to {key.per_minute} requests per minute; "
-            f"retry in {math.ceil(wait)} s",
-            window="minute",
-            limit=key.per_minute,
-            retry_after=wait,
+    async def reserve(
+        self,
+        project_id: UUID,
+        key: KeyLimits | None,
+        estimate: EstimateOf,
+        *,
+        project_quota: bool = True,
+    ) -> Hold | None:
+        """Admit one call or raise, holding its estimated tokens and cost in every
+        window that limits them, in one atomic step with its request windows.
+
+        ``estimate`` is awaited only when some window counts tokens or cost. Returns
+        the hold to settle when the call is over (``Hold.settle``), or ``None`` when
+        nothing was held (no token or money limit applies: then this is ``check``).
+        Raises ``QuotaExceededError`` (429: ``budget_exceeded``,
+        ``token_limit_exceeded``, ``quota_exceeded`` or ``rate_limit_exceeded``) or,
+        fail-closed with the store away, ``QuotaUnavailableError``."""
+        limits = await self.limits.get(project_id)
+        counts_project = project_quota and not limits.unlimited
+        if not (counts_project and (limits.limits_tokens or limits.limits_cost)) and not (
+            key is not None and key.limits_usage
+        ):
+            await self.check(project_id, key, project_quota=project_quota)
+            return None
+        now = self._clock()
+        buckets = Buckets.at(now)
+        plan = self._request_plan(project_id, limits, key, buckets, project_quota)
+        if counts_project:
+            plan += plan_usage_windows(project_id, limits, buckets)
+        if key is not None:
+            plan += tuple(
+                w for w in plan_key_windows(project_id, key, buckets) if w.metric != "requests"
+            )
+        wanted = await estimate()
+        amounts = [_amount(w.metric, wanted) for w in plan]
+        hold_id = f"{project_base(project_id)}:h:{uuid.uuid4().hex}"
+        try:
+            decision = await self._store.reserve(
+                [w.reserve(now, a) for w, a in zip(plan, amounts, strict=True)],
+                hold_id,
+                self.hold_ttl,
+            )
+        except Exception as exc:
+            self._store_failed(project_id, limits, exc)
+            return None
+        if not decision.allowed:
+            raise self._refusal(project_id, plan, decision, now, amounts)
+        if self.alerts is not None:
+            self.alerts.observe(project_id, plan, [w.current for w in decision.windows], now)
+        return Hold(
+            self._store,
+            hold_id,
+            plan,
+            amounts,
+            hold_ttl=self.hold_ttl,
+            clock=self._clock,
+            failures=self.hold_failures,
         )
 
+    def _request_plan(
+        self,
+        project_id: UUID,
+        limits: QuotaLimits,
+        key: KeyLimits | None,
+        buckets: Buckets,
+        project_quota: bool,
+    ) -> tuple[PlannedWindow, ...]:
+        plan: tuple[PlannedWindow, ...] = ()
+        if project_quota and not limits.unlimited:
+            plan = request_windows(project_id, limits, buckets)
+        if key is not None and key.rpm is not None:
+            plan += tuple(
+                w for w in plan_key_windows(project_id, key, buckets) if w.metric == "requests"
+            )
+        return plan
+
     async def usage(self, project_id: UUID, limits: QuotaLimits) -> dict[WindowName, WindowUsage]:
-        """The current buckets' counts (what ``GET /quota`` shows); read only."""
-        plan = plan_windows(project_id, limits, self._clock())
+        """The request windows' counts now (minute, day, month); read only."""
+        counted = await self.usage_by_metric(project_id, limits)
+        return {name: use for (metric, name), use in counted.items() if metric == "requests"}
+
+    async def usage_by_metric(
+        self, project_id: UUID, limits: QuotaLimits
+    ) -> dict[tuple[Metric, WindowName], WindowUsage]:
+        """What ``GET /quota`` shows: the current buckets' counts, in-flight
+        reservations included; read only. Requests always; tokens and spend for the
+        windows the project's limits make it count (the others are absent)."""
+        buckets = Buckets.at(self._clock())
+        plan = request_windows(project_id, limits, buckets) + plan_usage_windows(
+            project_id, limits, buckets
+        )
         used: list[int | None]
         try:
-            raw = await asyncio.gather(*(self._store.get(w.key) for w in plan))
-            used = [0 if value is None else int(value) for value in raw]
+            totals = await asyncio.gather(*(self._store.window_total(w.key) for w in plan))
+            used = [t.total for t in totals]
         except Exception as exc:
             self.store_failures += 1
             self._warn("quota usage unavailable: the state store failed", project_id, exc)
             used = [None] * len(plan)
         return {
-            w.name: WindowUsage(n, w.limit, _utc(w.resets_at))
+            (w.metric, w.name): WindowUsage(n, w.limit, _utc(w.resets_at))
             for w, n in zip(plan, used, strict=True)
         }
 
     def _refusal(
-        self, plan: tuple[PlannedWindow, ...], decision: MultiWindowDecision, now: float
+        self,
+        project_id: UUID,
+        plan: Sequence[PlannedWindow],
+        decision: MultiWindowDecision,
+        now: float,
+        amounts: Sequence[int] | None = None,
     ) -> QuotaExceededError:
-        full = [w for w, count in zip(plan, decision.windows, strict=True) if not count.fits]
-        # The latest reset; on a tie the longer window (the quota, not the rate).
-        window = max(full, key=lambda w: (w.resets_at, WINDOWS.index(w.name)))
+        full = [
+            (w, count.current, 1 if amounts is None else amounts[i])
+            for i, (w, count) in enumerate(zip(plan, decision.windows, strict=True))
+            if not count.fits
+        ]
+        if self.alerts is not None:
+            # A full day or month window is its 100 % alert (raised once).
+            self.alerts.observe(
+                project_id,
+                [w for w, _, _ in full],
+                [max(used, w.limit or 0) for w, used, _ in full],
+                now,
+            )
+        # The latest reset (when a retry can succeed); on a tie the longer window,
+        # then money before tokens before requests.
+        window, _, amount = max(
+            full,
+            key=lambda f: (f[0].resets_at, WINDOWS.index(f[0].name), _RANK[f[0].metric]),
+        )
         assert window.limit is not None  # only limited windows can be full
         self.refusals += 1
-        metric = self._refusal_metric.get(window.name)
-        if metric is not None:
-            metric.inc()
+        if self._refusal_metric is not None:
+            scope = "project" if window.credential_id is None else "key"
+            self._refusal_metric.labels(window.name, window.metric, scope).inc()
         retry_after = window.resets_at - now
-        resets = _utc(window.resets_at).isoformat().replace("+00:00", "Z")
-        if window.name == "minute":
-            message = (
-                f"this project is limited to {window.limit} requests per minute; "
-                f"retry in {math.ceil(retry_after)} s"
-            )
-        else:
-            message = (
-                f"this project's quota of {window.limit} requests per {window.name} is "
-                f"used up; it resets at {resets}"
-            )
         return QuotaExceededError(
-            message, window=window.name, limit=window.limit, retry_after=retry_after
+            refusal_message(window, amount, retry_after),
+            window=window.name,
+            limit=window.limit,
+            retry_after=retry_after,
+            metric=window.metric,
         )
 
     def _store_failed(self, project_id: UUID, limits: QuotaLimits, exc: Exception) -> None:
@@ -319,5 +386,16 @@ class QuotaGate:
             )
 
 
-def _without_last(decision: MultiWindowDecision) -> MultiWindowDecision:
-    return MultiWindowDecision(decision.allowed, decision.windows[:-1])
+_RANK: dict[Metric, int] = {"requests": 0, "tokens": 1, "cost": 2}
+
+
+def _amount(metric: Metric, estimate: CallEstimate) -> int:
+    if metric == "tokens":
+        return estimate.tokens
+    if metric == "cost":
+        return estimate.cost_micros
+    return 1
+
+
+def _utc(epoch: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC)

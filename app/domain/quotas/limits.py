@@ -55,10 +55,34 @@ class QuotaLimits:
     per_month: int | None = None
     fail_closed: bool = False
     """When the state store is unreachable: refuse (503) instead of admitting."""
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    budget_per_day: int | None = None
+    """Micro-units of the price book's currency."""
+    budget_per_month: int | None = None
+
+    @property
+    def limits_requests(self) -> bool:
+        return (
+            self.per_minute is not None or self.per_day is not None or (self.per_month is not None)
+        )
+
+    @property
+    def limits_tokens(self) -> bool:
+        return (
+            self.tokens_per_minute is not None
+            or self.tokens_per_day is not None
+            or self.tokens_per_month is not None
+        )
+
+    @property
+    def limits_cost(self) -> bool:
+        return self.budget_per_day is not None or self.budget_per_month is not None
 
     @property
     def unlimited(self) -> bool:
-        return self.per_minute is None and self.per_day is None and self.per_month is None
+        return not (self.limits_requests or self.limits_tokens or self.limits_cost)
 
     @classmethod
     def of(cls, row: ProjectQuota | None) -> QuotaLimits:
@@ -69,6 +93,11 @@ class QuotaLimits:
             per_day=lower(row.per_day, row.owner_per_day),
             per_month=lower(row.per_month, row.owner_per_month),
             fail_closed=row.fail_closed,
+            tokens_per_minute=lower(row.tokens_per_minute, row.owner_tokens_per_minute),
+            tokens_per_day=lower(row.tokens_per_day, row.owner_tokens_per_day),
+            tokens_per_month=lower(row.tokens_per_month, row.owner_tokens_per_month),
+            budget_per_day=lower(row.budget_per_day_micros, row.owner_budget_per_day_micros),
+            budget_per_month=lower(row.budget_per_month_micros, row.owner_budget_per_month_micros),
         )
 
 

@@ -1,5 +1,5 @@
-"""The quotas area's life in the app: the admission gate and the per-project limits
-cache, kept current over the ``EventBus``."""
+"""The quotas area's life in the app: the admission gate, the per-project limits
+cache (kept current over the ``EventBus``) and the budget threshold alerts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from prometheus_client import CollectorRegistry
 
+from app.domain.quotas.alerts import BudgetAlerts
 from app.domain.quotas.deps import quotas_dependencies
-from app.domain.quotas.gate import QuotaGate
+from app.domain.quotas.gate import DEFAULT_HOLD_TTL, QuotaGate
 from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_loader
 from app.lib.components import BackgroundTask, Component
 from app.lib.events.base import EventBus
@@ -26,9 +27,19 @@ class QuotasWiring(Component):
         state_store: StateStore,
         bus: EventBus,
         registry: CollectorRegistry,
+        instance_id: str,
+        hold_seconds: float = DEFAULT_HOLD_TTL,
     ) -> None:
         self.sync = QuotaSync(QuotaLimitsCache(db_limits_loader(db_config)), bus)
-        self.gate = QuotaGate(state_store, self.sync.cache, registry=registry)
+        # Webhooks and other local receivers join ``alerts.sinks`` as they are built.
+        self.alerts = BudgetAlerts(state_store, bus, origin=instance_id)
+        self.gate = QuotaGate(
+            state_store,
+            self.sync.cache,
+            registry=registry,
+            hold_ttl=hold_seconds,
+            alerts=self.alerts,
+        )
 
     def provides(self) -> Mapping[str, object]:
         return {**quotas_dependencies(), "quota_gate": self.gate, "quota_sync": self.sync}
@@ -40,3 +51,6 @@ class QuotasWiring(Component):
 
     async def resync_after_outage(self) -> None:
         await self.sync.reload()
+
+    async def aclose(self) -> None:
+        await self.alerts.aclose()

@@ -20,6 +20,7 @@ import structlog
 
 from app.domain.calls.admission import allow_model
 from app.domain.calls.callers import CallKey
+from app.domain.calls.estimate import CallShape
 from app.domain.calls.metering import CallRecord
 from app.domain.conversations.messages import NewMessage, validate_messages
 from app.domain.conversations.selection import choose_profile
@@ -28,7 +29,7 @@ from app.domain.runtime.conversation_store import ChatHistory
 from app.domain.runtime.deps import ChatDeps
 from app.domain.runtime.prepared import ENDPOINT, Failover, PreparedChat, custom_profile
 from app.domain.runtime.schemas import RuntimeChatRequest
-from app.domain.runtime.upstream_body import check_capabilities, upstream_body
+from app.domain.runtime.upstream_body import check_capabilities, estimate_body, upstream_body
 from app.routing.failover import Availability
 from app.routing.profiles import Profile
 
@@ -80,9 +81,14 @@ class ChatPreparer:
             # The project's own endpoint: no profile policies, no shared pool.
             refused.is_custom = True
             admission = await self._deps.admission.admit(
-                project_id, conversation, requested, key=key
+                project_id,
+                conversation,
+                requested,
+                key=key,
+                shape=CallShape(estimate_body(request, [*history.messages, *new_turns])),
             )
             profile = custom_profile(requested, admission)
+            body = upstream_body(profile, request, [*history.messages, *new_turns])
         else:
             profile = await self._deps.catalog.resolve(project_id, requested)
             refused.model_requested = refused.model_requested or profile.id
@@ -110,6 +116,7 @@ class ChatPreparer:
             profile = decision.profile
             refused.model_profile_id = profile.id
             check_capabilities(profile, request, new_turns)
+            body = upstream_body(profile, request, [*history.messages, *new_turns])
             # Last: a refused request must not spend quota.
             admission = await self._deps.admission.admit(
                 project_id,
@@ -118,6 +125,7 @@ class ChatPreparer:
                 also_known_as=(profile.id,),
                 key=key,
                 requested=asked,
+                shape=CallShape(body, output_cap=profile.max_output_tokens),
             )
         return PreparedChat(
             project_id=project_id,
@@ -125,7 +133,7 @@ class ChatPreparer:
             requested_profile=requested or profile.id,
             profile=profile,
             failover=failover,
-            body=upstream_body(profile, request, [*history.messages, *new_turns]),
+            body=body,
             new_turns=turns,
             stream=request.stream,
             started=started,

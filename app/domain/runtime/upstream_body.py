@@ -60,3 +60,12 @@ def upstream_body(
     if request.max_tokens is not None:
         body["max_tokens"] = _raw(request.max_tokens)
     return body
+
+
+def estimate_body(request: RuntimeChatRequest, messages: list[dict[str, Any]]) -> RawBody:
+    """What admission estimates a call by before its profile is known (a custom LLM:
+    its limits come with the admission): the messages and the asked output."""
+    body: RawBody = {"messages": _raw(messages)}
+    if request.max_tokens is not None:
+        body["max_tokens"] = _raw(request.max_tokens)
+    return body

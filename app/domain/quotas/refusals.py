@@ -1,0 +1,48 @@
+"""What a refused call is told: which limit, whose, and when a retry can succeed."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+from app.domain.quotas.windows import PlannedWindow
+
+
+def refusal_message(window: PlannedWindow, amount: int, retry_after: float) -> str:
+    whose = "this project" if window.credential_id is None else "this credential"
+    limit = window.limit or 0
+    if window.metric == "cost":
+        what = f"budget of {money(limit)} per {window.name}"
+    elif window.metric == "tokens":
+        what = f"limit of {limit} tokens per {window.name}"
+    else:
+        what = f"limit of {limit} requests per {window.name}"
+    if amount > limit and window.metric != "requests":
+        asked = money(amount) if window.metric == "cost" else f"{amount} tokens"
+        return (
+            f"this call may use up to {asked}, more than {whose}'s whole {what}; "
+            "lower max_tokens or raise the limit"
+        )
+    if window.metric == "requests" and window.name == "minute":
+        return (
+            f"{whose} is limited to {limit} requests per minute; "
+            f"retry in {math.ceil(retry_after)} s"
+        )
+    resets = (
+        datetime.datetime.fromtimestamp(window.resets_at, datetime.UTC)
+        .isoformat()
+        .replace("+00:00", "Z")
+    )
+    if window.metric == "requests":
+        return (
+            f"{whose}'s quota of {limit} requests per {window.name} is used up; "
+            f"it resets at {resets}"
+        )
+    if window.name == "minute":
+        return f"{whose}'s {what} is used up; retry in {math.ceil(retry_after)} s"
+    return f"{whose}'s {what} is used up; it resets at {resets}"
+
+
+def money(micros: int) -> str:
+    whole, frac = divmod(micros, 1_000_000)
+    return f"{whole}.{frac:06d}".rstrip("0").rstrip(".") if frac else f"{whole}"
