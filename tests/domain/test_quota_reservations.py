@@ -164,9 +164,7 @@ async def test_full_windows_answer_their_own_codes_and_the_next_window(
     )
 
 
-async def test_a_call_larger_than_the_whole_limit_says_so(
-    harness: Harness, limits: Limits
-) -> None:
+async def test_a_call_larger_than_the_whole_limit_says_so(harness: Harness, limits: Limits) -> None:
     project_id = limits.project(tokens_per_minute=500)
     gate = gate_on(harness.state(), limits)
     with pytest.raises(QuotaExceededError) as refused:
@@ -332,5 +330,6 @@ async def test_each_threshold_alert_is_raised_once_across_replicas(
         (100, "cost", "day"),
     }
     eighty = next(a for a in raised if a.threshold == 80)
-    assert eighty.limit == 100_000 and eighty.used >= 80_000 and eighty.scope == "project"
+    assert (eighty.limit, eighty.scope) == (100_000, "project")
+    assert eighty.used >= 80_000
     assert eighty.currency == "USD"
