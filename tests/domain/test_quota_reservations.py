@@ -4,12 +4,14 @@ on the memory store and on real Redis (several gates on one Redis are replicas).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from uuid import UUID, uuid4
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from app.domain.calls.metering import CallRecord, Meter
 from app.domain.quotas.alerts import CHANNEL, BudgetAlert, BudgetAlerts
 from app.domain.quotas.gate import (
     CallEstimate,
@@ -23,6 +25,7 @@ from app.domain.quotas.limits import QuotaLimitsCache
 from app.lib.events.memory import MemoryEventBus
 from app.lib.state.base import StateStore
 from app.lib.state.redis import RedisStateStore
+from app.routing.types import Usage
 from tests.domain.test_quota_gate import CLOSED_PORT_URL, FakeClock, Limits
 from tests.support.state_harness import Harness
 
@@ -333,3 +336,50 @@ async def test_each_threshold_alert_is_raised_once_across_replicas(
     assert (eighty.limit, eighty.scope) == (100_000, "project")
     assert eighty.used >= 80_000
     assert eighty.currency == "USD"
+
+
+# ------------------------------------------------------------ the meter's side
+
+
+class Rows:
+    def __init__(self) -> None:
+        self.entries: list[object] = []
+
+    async def record(self, entry: object) -> None:
+        self.entries.append(entry)
+
+
+async def test_a_cancelled_call_gives_its_reservation_back(
+    harness: Harness, limits: Limits
+) -> None:
+    project_id = limits.project(tokens_per_day=1_000)
+    gate = gate_on(harness.state(), limits)
+    meter = Meter(Rows(), time.monotonic)  # type: ignore[arg-type]
+    record = CallRecord(endpoint="chat", model_requested="m", project_id=project_id)
+    record.hold = await reserve(gate, project_id, tokens=800)
+
+    async def the_call() -> None:
+        async with meter.failures(record):
+            await asyncio.sleep(30)  # the upstream call the client gives up on
+
+    task = asyncio.create_task(the_call())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert record.hold is not None
+    assert record.hold.settled
+    assert (await used(gate, limits, project_id))["tokens/day"] == 0
+
+
+async def test_a_metered_call_settles_its_tokens(harness: Harness, limits: Limits) -> None:
+    project_id = limits.project(tokens_per_day=1_000)
+    gate = gate_on(harness.state(), limits)
+    rows = Rows()
+    meter = Meter(rows, time.monotonic)  # type: ignore[arg-type]
+    record = CallRecord(endpoint="chat", model_requested="m", project_id=project_id)
+    record.hold = await reserve(gate, project_id, tokens=800)
+    record.usage = Usage(prompt_tokens=30, completion_tokens=12)
+    await meter.record(record)
+    assert (await used(gate, limits, project_id))["tokens/day"] == 42
+    assert len(rows.entries) == 1
