@@ -174,6 +174,9 @@ async def test_redis_records_each_alert_once_for_every_replica(
     try:
         assert ids(await fresh.recent()) == ["5", "4", "3"]
         assert ids(fresh.memory.recent()) == []  # it heard nothing itself
+        # Heard here while the write to Redis failed: shown with the shared ones.
+        fresh.memory.add(entry(9))
+        assert ids(await fresh.recent()) == ["9", "5", "4"]
     finally:
         await client.aclose()
 

@@ -174,12 +174,13 @@ class RedisAlertLog:
 
 
 class AlertHistory:
-    """What the pages read: the shared record when there is one, else (or while Redis
-    cannot be reached) this replica's memory."""
+    """What the pages read: the shared record when there is one (with what this replica
+    heard), else (or while Redis cannot be reached) this replica's memory."""
 
     def __init__(
         self, redis: Redis | None = None, *, prefix: str = "arona:", keep: int = KEEP
     ) -> None:
+        self._keep = keep
         self.memory = MemoryAlertLog(keep)
         self.shared = None if redis is None else RedisAlertLog(redis, prefix=prefix, keep=keep)
         self._warnings = RepeatBudget(interval=60.0)
@@ -199,7 +200,9 @@ class AlertHistory:
         entries = self.memory.recent()
         if self.shared is not None:
             try:
-                entries = await self.shared.recent()
+                # What this replica heard joins in: an alert whose write to Redis failed
+                # (a blip) still shows here. Both hold the newest, so the merge does too.
+                entries = newest_first([*await self.shared.recent(), *entries], self._keep)
             except (RedisError, OSError) as exc:
                 self._warn("could not read the budget alerts from Redis", exc)
         if project_id is None:
