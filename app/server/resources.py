@@ -42,6 +42,8 @@ from app.domain.calls.estimate import CallEstimator
 from app.domain.conversations.deps import conversations_dependencies
 from app.domain.custom_llms.setup import CustomLlms
 from app.domain.custom_llms.wiring import CustomLlmsWiring
+from app.domain.dashboard.budget_alerts import AlertHistory
+from app.domain.dashboard.wiring import DashboardWiring
 from app.domain.gateway.deps import gateway_dependencies
 from app.domain.gateway.services import GatewayService
 from app.domain.overrides.index import OverrideIndex
@@ -156,6 +158,8 @@ class Resources:
     video_poller: VideoPoller
     """Drives the jobs (run in the lifespan, ``close`` at shutdown)."""
     video_prices: VideoPrices
+    budget_alert_log: AlertHistory
+    """The newest budget threshold alerts (``app.domain.dashboard.budget_alerts``)."""
     instance_id: str
     """This process among the replicas (probe rounds, shared verdicts)."""
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
@@ -321,6 +325,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         web,
         agents,
         video,
+        DashboardWiring(bus=bus, redis=redis, redis_prefix=settings.redis_prefix),
     )
     # What an area provides by a name ``Resources`` has is the object that field holds:
     # taken from the area, not named a second time here.

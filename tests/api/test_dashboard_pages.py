@@ -57,8 +57,10 @@ PAGES = [
     f"/admin/projects/{MISSING}/row",
     f"/admin/projects/{MISSING}/quota",
     "/admin/usage",
+    "/admin/budgets",
     "/admin/stream/backends",
     "/admin/stream/failover",
+    "/admin/stream/budgets",
 ]
 WRITES = [
     ("POST", "/admin/backends"),

@@ -360,7 +360,8 @@ async def test_usage_shows_admitted_requests_on_the_memory_store(
         assert usage["month"] == {**usage["month"], "used": 4, "limit": None}
 
         metrics = (await client.get("/metrics")).text
-        assert 'arona_quota_refusals_total{metric="requests",scope="project",window="day"} 2.0' in metrics
+        refused = 'arona_quota_refusals_total{metric="requests",scope="project",window="day"}'
+        assert f"{refused} 2.0" in metrics
 
 
 async def test_gate_errors_render_in_the_api_shape() -> None:

@@ -34,6 +34,7 @@ SECTIONS = (
     ("failover", "/admin/failover", "Failover"),
     ("projects", "/admin/projects", "Projects and quotas"),
     ("usage", "/admin/usage", "Usage"),
+    ("budgets", "/admin/budgets", "Budgets"),
     ("prices", "/admin/prices", "Prices"),
 )
 _LIST_SPLIT = re.compile(r"[,\n]")

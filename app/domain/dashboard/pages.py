@@ -27,6 +27,7 @@ Routes::
     GET  /admin/stream/agents                     (text/event-stream; ``FEEDS`` below)
     GET  /admin/video       GET /admin/video/rows      POST /admin/video/{job_id}/cancel
     GET  /admin/stream/video                      (text/event-stream; ``FEEDS`` below)
+    GET  /admin/budgets?project=                  GET /admin/stream/budgets?project=
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from litestar import Request, Router, get
 from litestar.di import Provide
@@ -48,6 +50,9 @@ from app.domain.conversations.pins import FallbackPinService
 from app.domain.dashboard.agent_pages import AgentPages
 from app.domain.dashboard.agent_views import AgentsFeed
 from app.domain.dashboard.backend_pages import AliasPages, BackendPages
+from app.domain.dashboard.budget_alerts import AlertHistory
+from app.domain.dashboard.budget_pages import BudgetPages
+from app.domain.dashboard.budget_views import BudgetsFeed
 from app.domain.dashboard.common import (
     DashboardController,
     admin_page,
@@ -143,12 +148,24 @@ def _video_feed(request: Request[Any, Any, Any], video_jobs: VideoJobs) -> Video
     return VideoFeed(jobs=video_jobs, render=template_renderer(request))
 
 
+def _budgets_feed(
+    request: Request[Any, Any, Any], budget_alert_log: AlertHistory, project: UUID | None = None
+) -> BudgetsFeed:
+    return BudgetsFeed(
+        history=budget_alert_log,
+        db_config=db_config_of(request),
+        render=template_renderer(request),
+        project_id=project,
+    )
+
+
 # Each live page's feed, built per request from the app's dependencies.
 FEEDS: dict[str, Callable[..., Feed]] = {
     "backends": _backends_feed,
     "failover": _failover_feed,
     "agents": _agents_feed,
     "video": _video_feed,
+    "budgets": _budgets_feed,
 }
 
 
@@ -185,4 +202,5 @@ DASHBOARD_ROUTES: tuple[ControllerRouterHandler, ...] = (
     PricePages,
     AgentPages,
     VideoPages,
+    BudgetPages,
 )
