@@ -12,6 +12,7 @@ from app.domain.bodies import Camel
 class UsageRecordOut(Camel):
     id: UUID
     api_key_id: UUID | None
+    """The API key that made the call, or the runtime token (runtime chats)."""
     user_id: UUID | None
     model_requested: str
     model_served: str | None
@@ -60,7 +61,8 @@ class UsageTotals(Camel):
 class UsageGroupOut(Camel):
     key: str | None
     """The day (``YYYY-MM-DD``, UTC), the requested model, the profile id, the backend,
-    the API key id or the conversation id; null for calls without one."""
+    the API key id (or runtime token id) or the conversation id; null for calls
+    without one."""
     requests: int
     prompt_tokens: int
     completion_tokens: int

@@ -5,7 +5,8 @@ Filters (query parameters, all optional, combined with AND):
 - ``from`` / ``to``: ISO 8601 times (a time without offset is UTC; a bare date is its
   midnight); ``from`` inclusive, ``to`` exclusive;
 - ``model`` (the model the client asked for), ``profile`` (model profile id),
-  ``apiKeyId`` (UUID), ``conversationId``;
+  ``apiKeyId`` (UUID: an API key's, or a runtime token's for runtime chats),
+  ``conversationId``;
 - ``isOverrideKey``, ``isCustom``: ``true`` / ``false`` (also ``1`` / ``0``);
 - ``status``: an HTTP status (``429``), or ``success`` (< 400) / ``error`` (>= 400).
 
