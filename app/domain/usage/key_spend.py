@@ -207,14 +207,15 @@ def spend_out(
     without a budget), the budget and how much of it is used, and today's figures."""
     period = period_of(budget_period)
     current = spend.of(period)
+    shown = figures(current)
     return SpendOut(
         period=period,
         period_start=Periods.at(now).start(period),
-        amount=amount_text(current.amount_micros),
-        currency=current.currency,
-        by_currency={c: amount_text(m) for c, m in sorted(current.micros.items())},
-        tokens=current.tokens,
-        requests=current.requests,
+        amount=shown.amount,
+        currency=shown.currency,
+        by_currency=shown.by_currency,
+        tokens=shown.tokens,
+        requests=shown.requests,
         budget=None if budget_micros is None else amount_text(budget_micros),
         budget_used_percent=used_percent(current.amount_micros, budget_micros),
         today=figures(spend.day),
