@@ -4,6 +4,7 @@ beside their fields) without rotating the key; a member only reads."""
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Any
 
@@ -12,7 +13,9 @@ from litestar.testing import AsyncTestClient
 from app.lib.settings import Settings
 from tests.support.api import create_api_key, create_runtime_token
 from tests.support.helpers import bearer, console_login, new_project, new_user
+from tests.support.profiles import query_log
 from tests.support.settings import AppFactory
+from tests.support.spend import insert, moments, usage
 
 CSRF = re.compile(r'"X-CSRF-Token": "([^"]+)"')
 
@@ -136,3 +139,50 @@ async def test_a_member_sees_limits_but_no_edit_form(
         assert denied.status_code == 403
         stored = await client.get(f"/api/projects/{pid}/api-keys/{key['id']}", headers=owner)
         assert stored.json()["rpm"] == 4
+
+
+async def test_the_keys_tab_shows_each_keys_spend_against_its_budget(
+    pg_settings: Settings, make_app: AppFactory
+) -> None:
+    async with AsyncTestClient(app=make_app(pg_settings)) as client:
+        email, headers = await new_user(client, "keys-spend")
+        pid = (await new_project(client, headers))["id"]
+        budgeted = await create_api_key(client, pid, headers, name="budgeted")
+        await client.patch(
+            f"/api/projects/{pid}/api-keys/{budgeted['id']}", json={"budget": "10"}, headers=headers
+        )
+        idle = await create_api_key(client, pid, headers, name="idle")
+        daily = await create_runtime_token(
+            client, pid, headers, name="agent", budget="2", budgetPeriod="day"
+        )
+        at = moments(datetime.datetime.now(datetime.UTC))
+        await insert(
+            pg_settings,
+            [
+                usage(pid, budgeted["id"], at["today"], cost="1.2", tokens=1200),
+                usage(pid, budgeted["id"], at["yesterday"], cost="2", tokens=800),
+                usage(pid, budgeted["id"], at["last_month"], cost="50", tokens=5),
+                usage(pid, budgeted["id"], at["today"], cost="0.5", currency="EUR", tokens=1),
+                usage(pid, daily["id"], at["today"], cost="2.5", tokens=99),
+                usage(pid, idle["id"], at["last_month"], cost="9", tokens=9),
+            ],
+        )
+        await _console(client, email)
+        with query_log(client) as log:
+            tab = await client.get(f"/projects/{pid}/tabs/keys", headers={"HX-Request": "true"})
+        assert tab.status_code == 200, tab.text
+        reads = [s for s in log.touching("usage_records") if s.lstrip().startswith("SELECT")]
+        assert len(reads) == 1  # one statement for the keys and the tokens alike
+
+        month = "$3.20" if at["yesterday_in_month"] else "$1.20"
+        assert f"{month} of $10.00 this month" in tab.text
+        assert 'max="10000000" low="7500000" high="9000000"' in tab.text
+        requests = 3 if at["yesterday_in_month"] else 2
+        assert f"{requests} requests" in tab.text
+        assert "also €0.50" in tab.text
+        assert "today $1.20" in tab.text
+        assert "No usage this month" in tab.text  # last month's spend is not this month's
+        # The token's daily budget is past: said in words, the meter full.
+        assert "$2.50 of $2.00 today (over budget)" in tab.text
+        assert 'value="2000000" title="125% of the budget used today"' in tab.text
+        assert "style=" not in tab.text  # the strict CSP allows no inline style

@@ -47,9 +47,10 @@ KEY_LIST_FIELDS = {
     "lastUsedAt",
     "revokedAt",
     "expiresAt",
+    "spend",
     *GOVERNANCE,
 }
-TOKEN_LIST_FIELDS = {"id", "name", "expiresAt", "createdAt", "revokedAt", *GOVERNANCE}
+TOKEN_LIST_FIELDS = {"id", "name", "expiresAt", "createdAt", "revokedAt", "spend", *GOVERNANCE}
 MAX_TOKEN_LIFETIME = 366 * 24 * 3600
 MISSING = "00000000-0000-4000-8000-000000000000"
 

@@ -202,6 +202,33 @@ async def test_a_runtime_token_rpm_refuses_the_runtime_chat(
     assert other.status == 200
 
 
+async def test_a_runtime_tokens_chats_are_charged_to_it(env: GatewayEnv, rt: RuntimeEnv) -> None:
+    model = unique("rtspend")
+    await rt.pool(model, [[]])
+    profile = await rt.profile(model)
+    url = f"/api/projects/{env.project_id}/runtime-tokens"
+    response = await env.http.post(
+        url, json={"name": "metered", "rpm": 1}, headers=env.user_headers
+    )
+    assert response.status_code == 201, response.text
+    token = response.json()
+    headers = bearer(token["token"])
+    conversation = await rt.conversation()
+    assert (await rt.chat(conversation, headers=headers, modelProfileId=profile)).status == 200
+    assert (await rt.chat(conversation, headers=headers, modelProfileId=profile)).status == 429
+    assert (await rt.chat(conversation, modelProfileId=profile)).status == 200  # another token
+
+    # Served and refused calls alike carry the token's id (``api_key_id``: a credential
+    # id, no foreign key), so its spend can be shown beside its limits.
+    rows = await _rows(env, token["id"])
+    assert sorted(r.status for r in rows) == [200, 429]
+    assert {r.endpoint for r in rows} == {"runtime_chat"}
+    read = await env.http.get(f"{url}/{token['id']}", headers=env.user_headers)
+    spend = read.json()["spend"]
+    assert (spend["requests"], spend["tokens"]) == (2, sum(r.total_tokens for r in rows))
+    assert spend["tokens"] > 0
+
+
 async def test_a_key_rpm_refuses_with_429_and_is_metered(env: GatewayEnv) -> None:
     _, url = await env.fake("rpm", models=["rpm-model"])
     await env.register(unique("rpm"), url)

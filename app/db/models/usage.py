@@ -21,7 +21,9 @@ class UsageRecord(UUIDBase):
     project_id: Mapped[UUID | None] = mapped_column(
         ForeignKey("project.id", ondelete="SET NULL"), default=None
     )
-    # No foreign keys: keys and users come and go, their history stays.
+    # No foreign keys: keys and users come and go, their history stays. The
+    # credential that made the call: an API key's id, or a runtime token's (runtime
+    # chats), so that each key's and token's spend can be read from here.
     api_key_id: Mapped[UUID | None] = mapped_column(default=None)
     user_id: Mapped[UUID | None] = mapped_column(default=None)
     model_requested: Mapped[str] = mapped_column(String(200))

@@ -17,6 +17,7 @@ from app.domain.accounts.revocations import RevocationList
 from app.domain.accounts.runtime_policies import RuntimePolicySync
 from app.domain.accounts.sync import ApiKeySync
 from app.domain.console.key_forms import FIELDS, PERIODS, governance_view, read_form
+from app.domain.console.key_spend_view import spend_view
 from app.domain.console.tab_support import (
     FormState,
     Tab,
@@ -28,6 +29,7 @@ from app.domain.console.tab_support import (
 )
 from app.domain.projects import lifecycle
 from app.domain.projects.schemas import ApiKeyCreate, RuntimeTokenCreate
+from app.domain.usage.services import UsageRecordService
 from app.domain.web.pages import WebUser
 from app.lib.clock import utcnow
 from app.lib.errors import AronaError
@@ -66,11 +68,16 @@ async def _context(
     scope: TabScope,
     api_keys_service: ApiKeyService,
     tokens_service: RuntimeTokenService,
+    usage_records_service: UsageRecordService,
     settings: Settings,
 ) -> dict[str, Any]:
     project_id = scope.project.id
     keys, keys_total = await api_keys_service.page(project_id, SHOWN, 0)
     tokens, tokens_total = await tokens_service.page(project_id, SHOWN, 0)
+    # Keys and tokens together: one usage statement for the whole tab.
+    spends = await usage_records_service.key_spend(
+        project_id, [*(k.id for k in keys), *(t.id for t in tokens)], now=utcnow()
+    )
     return {
         "api_keys": [
             {
@@ -85,6 +92,7 @@ async def _context(
                     "expires_at",
                 ),
                 **governance_view(k),
+                "spend": spend_view(spends[k.id], k),
                 "state": _state(k.revoked_at, k.expires_at),
             }
             for k in keys
@@ -94,6 +102,7 @@ async def _context(
             {
                 **plain(t, "id", "name", "created_at", "expires_at", "revoked_at"),
                 **governance_view(t),
+                "spend": spend_view(spends[t.id], t),
                 "state": _state(t.revoked_at, t.expires_at),
             }
             for t in tokens
@@ -109,10 +118,14 @@ def _tab(
     tab_scope: TabScope,
     api_keys_service: ApiKeyService,
     runtime_tokens_service: RuntimeTokenService,
+    usage_records_service: UsageRecordService,
     settings: Settings,
 ) -> Tab:
     return tab_scope.tab(
-        KEY, lambda: _context(tab_scope, api_keys_service, runtime_tokens_service, settings)
+        KEY,
+        lambda: _context(
+            tab_scope, api_keys_service, runtime_tokens_service, usage_records_service, settings
+        ),
     )
 
 

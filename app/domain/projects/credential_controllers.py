@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 import math
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 from uuid import UUID
 
 import msgspec
 from litestar import delete, get, patch, post
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
+from app.db.models import ApiKey, RuntimeToken
 from app.domain.accounts.credential_services import ApiKeyService, RuntimeTokenService
 from app.domain.accounts.governance import budget_text, valid_governance
 from app.domain.accounts.principals import ApiKeyPrincipal, Principal, UserPrincipal
@@ -29,10 +33,16 @@ from app.domain.projects.schemas import (
 )
 from app.domain.projects.services import ProjectAccess
 from app.domain.rest import ProjectApiController
+from app.domain.usage.key_spend import KeySpend, spend_out
+from app.domain.usage.schemas import SpendOut
+from app.domain.usage.services import UsageRecordService
 from app.lib.clock import utcnow
 from app.lib.errors import BadRequestError, PermissionDeniedError
 from app.lib.settings import Settings
 from app.lib.tokens import TokenService
+
+Credential = TypeVar("Credential", ApiKey, RuntimeToken)
+Out = TypeVar("Out", ApiKeyOut, RuntimeTokenOut)
 
 MIN_TOKEN_SECONDS = 60
 MAX_TOKEN_SECONDS = 366 * 24 * 3600
@@ -57,11 +67,34 @@ def _budget(row: object) -> str | None:
     return budget_text(getattr(row, "budget_micros", None))
 
 
+def _same(out: Out) -> Out:
+    return out
+
+
 # The new row's fields, and the secret given once (``key=`` / ``token=``).
 key_created = from_row(ApiKeyCreated, budget=_budget)
 token_created = from_row(RuntimeTokenCreated, budget=_budget)
 key_out = from_row(ApiKeyOut, budget=_budget)
 token_out = from_row(RuntimeTokenOut, budget=_budget)
+
+
+def _spend(row: ApiKey | RuntimeToken, spend: KeySpend, now: datetime.datetime) -> SpendOut:
+    return spend_out(
+        spend, budget_micros=row.budget_micros, budget_period=row.budget_period, now=now
+    )
+
+
+async def _with_spend(
+    project_id: UUID,
+    rows: Sequence[Credential],
+    usage_records_service: UsageRecordService,
+    to_out: Callable[..., Out],
+) -> list[Out]:
+    """``rows`` as ``to_out`` shows them, each with its spend: one usage statement for
+    all of them, whatever their number."""
+    now = utcnow()
+    spends = await usage_records_service.key_spend(project_id, [r.id for r in rows], now=now)
+    return [to_out(row, spend=_spend(row, spends[row.id], now)) for row in rows]
 
 
 class ApiKeyController(ProjectApiController):
@@ -92,9 +125,16 @@ class ApiKeyController(ProjectApiController):
 
     @get("/{key_id:uuid}")
     async def get_key(
-        self, project_id: UUID, access: ProjectAccess, key_id: UUID, api_keys_service: ApiKeyService
+        self,
+        project_id: UUID,
+        access: ProjectAccess,
+        key_id: UUID,
+        api_keys_service: ApiKeyService,
+        usage_records_service: UsageRecordService,
     ) -> ApiKeyOut:
-        return key_out(await api_keys_service.get_in_project(project_id, key_id))
+        row = await api_keys_service.get_in_project(project_id, key_id)
+        (out,) = await _with_spend(project_id, [row], usage_records_service, key_out)
+        return out
 
     @patch("/{key_id:uuid}")
     async def update_key(
@@ -106,6 +146,7 @@ class ApiKeyController(ProjectApiController):
         principal: Principal,
         api_keys_service: ApiKeyService,
         api_key_sync: ApiKeySync,
+        usage_records_service: UsageRecordService,
     ) -> ApiKeyOut:
         """Change a key's limits, expiry, labels or name; the key itself stays the same.
         Unsent fields are kept, ``null`` clears one."""
@@ -118,7 +159,8 @@ class ApiKeyController(ProjectApiController):
         row = await lifecycle.change_api_key(
             project_id, key_id, values, api_keys_service=api_keys_service, api_key_sync=api_key_sync
         )
-        return key_out(row)
+        (out,) = await _with_spend(project_id, [row], usage_records_service, key_out)
+        return out
 
     @get("/")
     async def list_keys(
@@ -126,10 +168,13 @@ class ApiKeyController(ProjectApiController):
         project_id: UUID,
         access: ProjectAccess,
         api_keys_service: ApiKeyService,
+        usage_records_service: UsageRecordService,
         paging: Paging,
     ) -> Page[ApiKeyOut]:
+        """Each key with its spend this period (``spend``)."""
         rows, total = await api_keys_service.page(project_id, paging.limit, paging.offset)
-        return paging.page(rows, total, key_out)
+        items = await _with_spend(project_id, rows, usage_records_service, key_out)
+        return paging.page(items, total, _same)
 
     @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_key(
@@ -199,8 +244,11 @@ class RuntimeTokenController(ProjectApiController):
         access: ProjectAccess,
         token_id: UUID,
         runtime_tokens_service: RuntimeTokenService,
+        usage_records_service: UsageRecordService,
     ) -> RuntimeTokenOut:
-        return token_out(await runtime_tokens_service.get_in_project(project_id, token_id))
+        row = await runtime_tokens_service.get_in_project(project_id, token_id)
+        (out,) = await _with_spend(project_id, [row], usage_records_service, token_out)
+        return out
 
     @patch("/{token_id:uuid}")
     async def update_token(
@@ -212,6 +260,7 @@ class RuntimeTokenController(ProjectApiController):
         principal: Principal,
         runtime_tokens_service: RuntimeTokenService,
         runtime_policy_sync: RuntimePolicySync,
+        usage_records_service: UsageRecordService,
     ) -> RuntimeTokenOut:
         """Change a token's limits, labels or name, or move its expiry earlier."""
         access.require(access.can_manage_credentials, "edit runtime tokens")
@@ -227,7 +276,8 @@ class RuntimeTokenController(ProjectApiController):
             runtime_tokens_service=runtime_tokens_service,
             runtime_policy_sync=runtime_policy_sync,
         )
-        return token_out(row)
+        (out,) = await _with_spend(project_id, [row], usage_records_service, token_out)
+        return out
 
     @get("/")
     async def list_tokens(
@@ -235,10 +285,13 @@ class RuntimeTokenController(ProjectApiController):
         project_id: UUID,
         access: ProjectAccess,
         runtime_tokens_service: RuntimeTokenService,
+        usage_records_service: UsageRecordService,
         paging: Paging,
     ) -> Page[RuntimeTokenOut]:
+        """Each token with what its runtime chats spent this period (``spend``)."""
         rows, total = await runtime_tokens_service.page(project_id, paging.limit, paging.offset)
-        return paging.page(rows, total, token_out)
+        items = await _with_spend(project_id, rows, usage_records_service, token_out)
+        return paging.page(items, total, _same)
 
     @delete("/{token_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_token(

@@ -10,6 +10,7 @@ import msgspec
 
 from app.domain.accounts.governance import GovernanceFields
 from app.domain.bodies import Camel, Strict
+from app.domain.usage.schemas import SpendOut
 
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
 # At least one visible character: names are stored stripped.
@@ -84,6 +85,8 @@ class ApiKeyOut(Governance):
     last_used_at: datetime.datetime | None
     revoked_at: datetime.datetime | None
     expires_at: datetime.datetime | None
+    spend: SpendOut
+    """What the key spent in its budget period (see ``SpendOut``)."""
 
 
 class ApiKeyCreated(Governance):
@@ -115,6 +118,8 @@ class RuntimeTokenOut(Governance):
     expires_at: datetime.datetime
     created_at: datetime.datetime
     revoked_at: datetime.datetime | None
+    spend: SpendOut
+    """What the token's runtime chats spent in its budget period (see ``SpendOut``)."""
 
 
 class RuntimeTokenCreated(Governance):

@@ -43,6 +43,9 @@ class PreparedChat:
     stream: bool
     started: float
     admission: Admission
+    credential_id: UUID | None = None
+    """The runtime token that made the call: its usage rows carry it in
+    ``api_key_id`` (a credential id, not a foreign key), so each token's spend shows."""
 
     @property
     def conversation_id(self) -> UUID:
@@ -55,6 +58,7 @@ class PreparedChat:
             model_requested=self.requested_profile,
             started=self.started,
             project_id=self.project_id,
+            api_key_id=self.credential_id,
             streamed=self.stream,
             conversation_id=str(self.conversation_id),
             model_profile_id=self.profile.id,

@@ -53,6 +53,7 @@ class ChatPreparer:
             model_requested=request.model_profile_id or request.llm_id or "",
             started=started,
             project_id=project_id,
+            api_key_id=None if key is None else key.credential_id,
             streamed=request.stream,
             conversation_id=str(request.conversation_id),
         )
@@ -138,6 +139,7 @@ class ChatPreparer:
             stream=request.stream,
             started=started,
             admission=admission,
+            credential_id=None if key is None else key.credential_id,
         )
 
     async def _pinned_target(

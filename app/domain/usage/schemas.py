@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from typing import Literal
 from uuid import UUID
 
 from app.domain.bodies import Camel
@@ -11,6 +12,7 @@ from app.domain.bodies import Camel
 class UsageRecordOut(Camel):
     id: UUID
     api_key_id: UUID | None
+    """The API key that made the call, or the runtime token (runtime chats)."""
     user_id: UUID | None
     model_requested: str
     model_served: str | None
@@ -59,7 +61,8 @@ class UsageTotals(Camel):
 class UsageGroupOut(Camel):
     key: str | None
     """The day (``YYYY-MM-DD``, UTC), the requested model, the profile id, the backend,
-    the API key id or the conversation id; null for calls without one."""
+    the API key id (or runtime token id) or the conversation id; null for calls
+    without one."""
     requests: int
     prompt_tokens: int
     completion_tokens: int
@@ -93,3 +96,37 @@ class ProjectSpendOut(Camel):
     cost_micros: int
     currency: str | None
     cost_estimated: bool
+
+
+class SpendFigures(Camel):
+    """A credential's usage over a period: priced spend and what it was spent on."""
+
+    amount: str
+    """The spend in ``currency`` as an exact decimal (``"3.2"``); ``"0"`` when nothing
+    was priced."""
+    currency: str | None
+    """The leading currency (the largest amount); null when nothing was priced."""
+    by_currency: dict[str, str]
+    """Every currency's amount (prices may be in several; they are never added up)."""
+    tokens: int
+    requests: int
+    """Every metered call, refused ones included."""
+
+
+class SpendOut(Camel):
+    """What an API key or runtime token spent in its budget period (the UTC calendar
+    ``day`` or ``month``; ``month`` without a budget), against its budget."""
+
+    period: Literal["day", "month"]
+    period_start: datetime.datetime
+    amount: str
+    currency: str | None
+    by_currency: dict[str, str]
+    tokens: int
+    requests: int
+    budget: str | None
+    """The key's budget for ``period`` (null: none)."""
+    budget_used_percent: float | None
+    """``amount`` as a percentage of ``budget`` (over 100 past it); null without one."""
+    today: SpendFigures
+    """The same figures for the current UTC day."""

@@ -5,7 +5,8 @@ Filters (query parameters, all optional, combined with AND):
 - ``from`` / ``to``: ISO 8601 times (a time without offset is UTC; a bare date is its
   midnight); ``from`` inclusive, ``to`` exclusive;
 - ``model`` (the model the client asked for), ``profile`` (model profile id),
-  ``apiKeyId`` (UUID), ``conversationId``;
+  ``apiKeyId`` (UUID: an API key's, or a runtime token's for runtime chats),
+  ``conversationId``;
 - ``isOverrideKey``, ``isCustom``: ``true`` / ``false`` (also ``1`` / ``0``);
 - ``status``: an HTTP status (``429``), or ``success`` (< 400) / ``error`` (>= 400).
 
@@ -17,7 +18,7 @@ A malformed value, or a parameter that is not a filter, is a 400 naming it in
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import UUID
@@ -32,6 +33,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from app.db.models import UsageRecord
 from app.domain.queries import count_and_page
+from app.domain.usage.key_spend import KeySpend, key_spend
 from app.domain.usage.schemas import UsageGroupOut
 from app.lib.errors import BadRequestError
 
@@ -288,6 +290,13 @@ class UsageRecordService(SQLAlchemyAsyncRepositoryService[UsageRecord]):
             limit,
             offset,
         )
+
+    async def key_spend(
+        self, project_id: UUID, credential_ids: Collection[UUID], *, now: datetime.datetime
+    ) -> dict[UUID, KeySpend]:
+        """This month's and today's spend of each API key or runtime token of a page
+        (``key_spend``: one statement for all of them)."""
+        return await key_spend(self.repository.session, project_id, credential_ids, now=now)
 
     async def export(
         self, project_id: UUID, filters: UsageFilters, max_rows: int
