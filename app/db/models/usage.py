@@ -15,7 +15,16 @@ from app.lib.clock import utcnow
 
 class UsageRecord(UUIDBase):
     __tablename__ = "usage_records"
-    __table_args__ = (Index("ix_usage_records_project_id_created_at", "project_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_usage_records_project_id_created_at", "project_id", "created_at"),
+        # Each key's spend in its budget period (the Keys tab, the key API's ``spend``).
+        Index(
+            "ix_usage_records_project_id_api_key_id_created_at",
+            "project_id",
+            "api_key_id",
+            "created_at",
+        ),
+    )
 
     # SET NULL, not CASCADE: billing history outlives the project.
     project_id: Mapped[UUID | None] = mapped_column(
