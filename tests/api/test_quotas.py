@@ -28,7 +28,16 @@ from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["both_client"]
 
-NO_LIMITS = {"perMinute": None, "perDay": None, "perMonth": None}
+NO_LIMITS = {
+    "perMinute": None,
+    "perDay": None,
+    "perMonth": None,
+    "tokensPerMinute": None,
+    "tokensPerDay": None,
+    "tokensPerMonth": None,
+    "budgetPerDay": None,
+    "budgetPerMonth": None,
+}
 
 
 def quota_url(project_id: str) -> str:
@@ -79,15 +88,21 @@ async def test_a_new_project_has_no_limits(both_client: Client) -> None:
     before = datetime.datetime.now(datetime.UTC)
     body = await get_quota(both_client, tenant.project_id, tenant.owner)
     after = datetime.datetime.now(datetime.UTC)
-    assert set(body) == {"limits", "adminLimits", "ownerLimits", "failClosed", "usage"}
+    assert set(body) == {"limits", "adminLimits", "ownerLimits", "failClosed", "currency", "usage"}
     assert body["limits"] == body["adminLimits"] == body["ownerLimits"] == NO_LIMITS
     assert body["failClosed"] is False
-    assert set(body["usage"]) == {"minute", "day", "month"}
-    resets = {name: parse_time(w["resetsAt"]) for name, w in body["usage"].items()}
-    for window in body["usage"].values():
+    assert body["currency"] == "USD"
+    assert set(body["usage"]) == {"minute", "day", "month", "tokens", "spend"}
+    requests = {name: body["usage"][name] for name in ("minute", "day", "month")}
+    resets = {name: parse_time(w["resetsAt"]) for name, w in requests.items()}
+    for window in requests.values():
         assert set(window) == {"used", "limit", "resetsAt"}
         assert window["used"] == 0
         assert window["limit"] is None
+    # Without a token limit or a budget, tokens and spend are not counted.
+    for section in (body["usage"]["tokens"], body["usage"]["spend"]):
+        for name, window in section.items():
+            assert window == {"used": None, "limit": None, "resetsAt": requests[name]["resetsAt"]}
     assert before < resets["minute"] <= after + datetime.timedelta(seconds=60)
     assert resets["minute"].second == 0
     assert (resets["day"].hour, resets["day"].minute) == (0, 0)
@@ -102,7 +117,7 @@ async def test_admin_sets_ceilings_every_reader_sees_them(both_client: Client) -
     body = await admin_put(
         both_client, tenant.project_id, perMinute=10, perDay=1000, perMonth=None, failClosed=True
     )
-    expected = {"perMinute": 10, "perDay": 1000, "perMonth": None}
+    expected = {**NO_LIMITS, "perMinute": 10, "perDay": 1000, "perMonth": None}
     assert body["limits"] == body["adminLimits"] == expected
     assert body["ownerLimits"] == NO_LIMITS
     assert body["failClosed"] is True
@@ -122,7 +137,12 @@ async def test_admin_sets_ceilings_every_reader_sees_them(both_client: Client) -
     )
     assert response.status_code == 200, response.text
     # A PUT replaces the ceilings: absent windows are unlimited; failClosed is kept.
-    assert response.json()["adminLimits"] == {"perMinute": None, "perDay": 5, "perMonth": None}
+    assert response.json()["adminLimits"] == {
+        **NO_LIMITS,
+        "perMinute": None,
+        "perDay": 5,
+        "perMonth": None,
+    }
     assert response.json()["failClosed"] is True
 
 
@@ -136,20 +156,25 @@ async def test_owner_lowers_limits_the_lower_one_applies(both_client: Client) ->
     )
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["ownerLimits"] == {"perMinute": 10, "perDay": 1000, "perMonth": 20000}
-    assert body["adminLimits"] == {"perMinute": 60, "perDay": 1000, "perMonth": None}
+    assert body["ownerLimits"] == {**NO_LIMITS, "perMinute": 10, "perDay": 1000, "perMonth": 20000}
+    assert body["adminLimits"] == {**NO_LIMITS, "perMinute": 60, "perDay": 1000, "perMonth": None}
     # No admin ceiling on the month: the owner's own limit applies alone.
-    assert body["limits"] == {"perMinute": 10, "perDay": 1000, "perMonth": 20000}
+    assert body["limits"] == {**NO_LIMITS, "perMinute": 10, "perDay": 1000, "perMonth": 20000}
 
     # The admin lowering the ceiling below the owner's limit wins without an error.
     body = await admin_put(both_client, tenant.project_id, perMinute=5, perDay=1000)
-    assert body["limits"] == {"perMinute": 5, "perDay": 1000, "perMonth": 20000}
+    assert body["limits"] == {**NO_LIMITS, "perMinute": 5, "perDay": 1000, "perMonth": 20000}
     assert body["ownerLimits"]["perMinute"] == 10
 
     # Owner nulls: the admin ceilings alone.
     response = await both_client.put(quota_url(tenant.project_id), json={}, headers=tenant.owner)
     assert response.status_code == 200, response.text
-    assert response.json()["limits"] == {"perMinute": 5, "perDay": 1000, "perMonth": None}
+    assert response.json()["limits"] == {
+        **NO_LIMITS,
+        "perMinute": 5,
+        "perDay": 1000,
+        "perMonth": None,
+    }
 
     # The owner may also limit a project the admin never limited.
     other = await new_tenant(both_client)
@@ -157,7 +182,12 @@ async def test_owner_lowers_limits_the_lower_one_applies(both_client: Client) ->
         quota_url(other.project_id), json={"perDay": 0}, headers=other.owner
     )
     assert response.status_code == 200, response.text
-    assert response.json()["limits"] == {"perMinute": None, "perDay": 0, "perMonth": None}
+    assert response.json()["limits"] == {
+        **NO_LIMITS,
+        "perMinute": None,
+        "perDay": 0,
+        "perMonth": None,
+    }
     assert response.json()["adminLimits"] == NO_LIMITS
 
 
