@@ -86,7 +86,7 @@ async def test_the_admin_sets_token_and_money_ceilings(live: Live, admin: Browse
     )
     found = re.search(rf'id="quota-budget-day-{project}-warning"[^>]*>([^<]*)<', zero.text)
     assert found
-    assert "0 blocks every call" in found.group(1)
+    assert "0 blocks every priced call" in found.group(1)
 
 
 async def test_the_row_shows_token_and_spend_windows(live: Live, admin: Browser) -> None:

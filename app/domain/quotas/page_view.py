@@ -70,13 +70,19 @@ class LimitView:
         return "decimal" if self.kind == "money" else "numeric"
 
     @property
+    def zero_note(self) -> str:
+        """What a limit of 0 does here (a budget of 0 lets unpriced calls through:
+        they cost nothing)."""
+        what = {"requests": "request", "tokens": "call", "money": "priced call"}[self.kind]
+        return f"0 blocks every {what} of this project in this window."
+
+    @property
     def zero_warning(self) -> str:
+        """The warning beside the field while a 0 is in force ("" otherwise)."""
         if self.blocked_by is None:
             return ""
-        what = {"requests": "request", "tokens": "call", "money": "priced call"}[self.kind]
         return (
-            f"0 blocks every {what} of this project in this window: {self.blocked_by} set it. "
-            "Leave the field empty for no limit."
+            f"{self.zero_note[:-1]}: {self.blocked_by} set it. Leave the field empty for no limit."
         )
 
 
