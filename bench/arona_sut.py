@@ -103,15 +103,24 @@ class AronaDeployment:
 
 
 def start_arona(
-    supervisor: Supervisor, deployment: AronaDeployment, fake: FakeUpstream, run_dir: Path
+    supervisor: Supervisor,
+    deployment: AronaDeployment,
+    fake: FakeUpstream,
+    run_dir: Path,
+    *,
+    limits: bool = False,
 ) -> System:
+    """Arona on its own database; ``limits``: with every spend control on (prices,
+    project token limits and budgets, the key's rpm, tpm and budget), all far above
+    what a run sends, so each call pays for a reservation and its settle."""
+    key = "arona-limits" if limits else "arona"
     port = free_port()
     env = deployment.environment(port)
     deployment.create_database()
     run_checked([_arona_executable(), "migrate"], env=env)
     started = time.monotonic()
     child = supervisor.start(
-        "arona", [_arona_executable(), "serve"], cpu=SUT_CPU, log=run_dir / "arona.log", env=env
+        key, [_arona_executable(), "serve"], cpu=SUT_CPU, log=run_dir / f"{key}.log", env=env
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/healthz", child, timeout=60)
@@ -131,8 +140,8 @@ def start_arona(
             },
         )
         _wait_healthy(client, admin)
-        api_key = _create_api_key(client)
-    return System("arona", url, api_key, child.pid, f"arona {__version__}", startup, child)
+        api_key = _create_api_key(client, admin if limits else None)
+    return System(key, url, api_key, child.pid, f"arona {__version__}", startup, child)
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
@@ -157,7 +166,33 @@ def _wait_healthy(client: httpx.Client, admin: dict[str, str]) -> None:
     raise BenchError(f"backend {BACKEND_NAME!r} is still {status!r} after probing")
 
 
-def _create_api_key(client: httpx.Client) -> str:
+# Far above a run's traffic (a few hundred thousand calls): every window is counted
+# and reserved, none refuses.
+BIG_TOKENS = 10**12
+BIG_BUDGET = "100000000"
+
+
+def _limit_everything(client: httpx.Client, admin: dict[str, str], project_id: str) -> None:
+    for model in (CHAT_MODEL, EMBED_MODEL):
+        price = {"model": model, "input": "0.15", "output": "0.6", "embedding": "0.02"}
+        _call(client, "POST", "/api/admin/prices", headers=admin, json=price)
+    _call(
+        client,
+        "PUT",
+        f"/api/admin/projects/{project_id}/quota",
+        headers=admin,
+        json={
+            "perMinute": 10**9,
+            "perDay": 10**9,
+            "tokensPerMinute": BIG_TOKENS,
+            "tokensPerDay": BIG_TOKENS,
+            "budgetPerDay": BIG_BUDGET,
+            "budgetPerMonth": BIG_BUDGET,
+        },
+    )
+
+
+def _create_api_key(client: httpx.Client, admin: dict[str, str] | None = None) -> str:
     email = f"bench-{secrets.token_hex(4)}@bench.arona.local"
     password = secrets.token_urlsafe(16)
     _call(client, "POST", "/api/auth/register", json={"email": email, "password": password})
@@ -166,12 +201,12 @@ def _create_api_key(client: httpx.Client) -> str:
     project = _call(
         client, "POST", "/api/projects", headers=user, json={"name": "Bench", "slug": "bench"}
     )
+    body: dict[str, Any] = {"name": "bench"}
+    if admin is not None:
+        _limit_everything(client, admin, project["id"])
+        body.update(rpm=1_000_000, tpm=2_000_000_000, budget=BIG_BUDGET)
     created = _call(
-        client,
-        "POST",
-        f"/api/projects/{project['id']}/api-keys",
-        headers=user,
-        json={"name": "bench"},
+        client, "POST", f"/api/projects/{project['id']}/api-keys", headers=user, json=body
     )
     key: str = created["key"]
     return key

@@ -116,8 +116,10 @@ def run(options: Options) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix=f"arona-bench-{run_id}-"))
     supervisor = Supervisor()
     deployment = AronaDeployment(run_id)
+    limited = AronaDeployment(f"{run_id}_limits")
     # Backstops for an exit that skips the finally below (they are no-ops after it).
     atexit.register(deployment.close)
+    atexit.register(limited.close)
     atexit.register(supervisor.stop_all)
     scenarios = [s for s in SCENARIOS if s.key in options.scenarios]
     results = Results()
@@ -144,6 +146,9 @@ def run(options: Options) -> int:
         if "arona" in options.systems:
             say("Arona: creating the database, migrating, starting, registering the fake...")
             systems.append(start_arona(supervisor, deployment, fake, run_dir))
+        if "arona-limits" in options.systems:
+            say("Arona + limits: a second Arona with budgets, token limits and key limits on...")
+            systems.append(start_arona(supervisor, limited, fake, run_dir, limits=True))
         litellm, litellm_info = _litellm(supervisor, install, fake, run_dir)
         if litellm is not None:
             systems.append(litellm)
@@ -185,7 +190,7 @@ def run(options: Options) -> int:
     finally:
         say("stopping every process the benchmark started...")
         supervisor.stop_all()
-        for problem in deployment.close():
+        for problem in [*deployment.close(), *limited.close()]:
             say(f"cleanup: {problem}")
         if not failed:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -19,8 +19,13 @@ STREAM_CHUNKS = 20
 FAKE_KEY = "sk-fake"
 """The fake checks no key; LiteLLM insists on sending one."""
 
-SYSTEM_ORDER = ("direct", "arona", "litellm")
-LABELS = {"direct": "direct", "arona": "Arona", "litellm": "LiteLLM"}
+SYSTEM_ORDER = ("direct", "arona", "arona-limits", "litellm")
+LABELS = {
+    "direct": "direct",
+    "arona": "Arona",
+    "arona-limits": "Arona + limits",
+    "litellm": "LiteLLM",
+}
 
 
 @dataclass(slots=True)

@@ -8,9 +8,10 @@ policy cache) and carried by the principal and the ``Caller``:
 
 - expiry is checked at use time against the clock by the authenticator (an expired
   key is refused like a revoked one, on every replica, with no event needed);
-- allowed models and ``rpm`` are checked by ``CallAdmission`` before any upstream;
-- ``tpm`` and the budget are stored and shown; their enforcement needs the
-  reservation primitive (see ``CallAdmission._reserve_key``).
+- allowed models are checked by ``CallAdmission`` before any upstream;
+- ``rpm``, ``tpm`` and the budget are windows of the call's one atomic admission
+  (``QuotaGate.reserve``): tokens and cost are held at the call's estimate and
+  settled to its actual use when it is metered.
 
 ``check_governance`` validates what a create or PATCH sends (the API answers the
 first error as a 400 naming the field; the console shows all of them beside their

@@ -195,3 +195,7 @@ class MeteredFailures:
         if isinstance(exc, AronaError):
             self._call.failed(exc)
             await self._meter.record(self._call)
+        elif exc is not None and self._call.hold is not None:
+            # Cancelled (the client left) or a bug: not metered here, but the call's
+            # reservation must not stay held (its tokens and cost: none known).
+            await self._call.hold.settle(0, 0)

@@ -209,10 +209,18 @@ class BudgetAlerts:
         if held is not None:
             logger.warning("could not raise a budget alert", error=repr(exc), not_logged=held)
 
+    async def drain(self) -> None:
+        """Wait for the alerts being claimed or emitted now."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
+        """At shutdown: a second for the alerts under way, then they are dropped."""
+        try:
+            await asyncio.wait_for(self.drain(), 1.0)
+        except TimeoutError:
+            for task in list(self._tasks):
+                task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 

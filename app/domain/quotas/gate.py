@@ -1,64 +1,50 @@
-"""The quota gate: one atomic admission per request, before the upstream call.
+"""The quota gate: one atomic admission per call, before the upstream call.
 
-What the ``/v1`` gateway and the runtime chat call (``resources.quota_gate``, the
-``quota_gate`` dependency)::
+What ``CallAdmission`` calls (``resources.quota_gate``, the ``quota_gate`` dependency)::
 
-    await quota_gate.check(project_id)   # -> None, or raises (see below)
+    hold = await quota_gate.reserve(project_id, key_limits, estimate)  # or raises
+    ...                                  # the call runs
+    await hold.settle(tokens, cost)      # the meter, when the call is metered
 
-It is built once per process in ``build_resources``::
+``check(project_id, key_limits)`` is the request-only admission (video jobs, and what
+``reserve`` does when no token limit or budget applies). Built per process by
+``QuotasWiring``, with the limits cache kept current over the EventBus by
+``QuotaSync`` and the threshold alerts of ``BudgetAlerts``.
 
-    quota_sync = QuotaSync(QuotaLimitsCache(db_limits_loader(db_config)), event_bus)
-    quota_gate = QuotaGate(state_store, quota_sync.cache, registry=metrics.registry)
+What is counted (``app.domain.quotas.windows`` has the windows and their keys):
 
-and the lifespan runs ``quota_sync.run`` (the EventBus follower). Nothing else needs
-wiring: the quota API invalidates the cache through ``quota_sync.project_changed``.
+- requests per minute, day and month of the project (whenever it has any limit; a
+  request counts when admitted, whether or not the upstream then succeeds), and of
+  the key per minute (``rpm``);
+- tokens per minute, day and month of the project, and of the key per minute
+  (``tpm``), held at the call's estimate and settled to its actual tokens;
+- spend per day and month of the project, and of the key per its budget period,
+  in micro-units, held at the estimated cost and settled to the actual cost.
 
-Call it once per request that counts against the project's quota, after the caller
-is authenticated and before any upstream call. Traffic outside the quota is not
-checked: a project's own custom LLM (``custom:<name>``) and calls made with its BYO
-override key (``UsageEntry.is_custom`` / ``is_override_key``).
+Traffic outside the project's quota (a project's own custom LLM, its BYO override
+key) counts only in its key's windows.
 
-Raises (both ``AronaError``, so Litestar's handlers render the one error shape and
-copy ``exc.headers``; a stream must call ``check`` before its first byte):
+Every window of a call is admitted in one atomic StateStore step (``admit_windows``,
+or ``reserve`` when tokens or spend are held): all counted or none, so concurrent
+calls on any number of replicas never push a window past its limit by more than
+what the calls in flight turn out to use beyond their estimates.
 
-- ``QuotaExceededError`` (``RateLimitedError``, 429) with ``Retry-After`` = whole
-  seconds until the refusing window resets (rounded up, at least 1): code
-  ``rate_limit_exceeded`` when the minute window is full, ``quota_exceeded`` when the
-  day or month window is. When several are full the one resetting last is reported
-  (that is when a retry can succeed). ``exc.window`` names it.
-- ``QuotaUnavailableError`` (``ServiceUnavailableError``, 503 ``quota_unavailable``,
-  ``Retry-After: 5``) when the state store cannot be reached and the project is
-  fail-closed. A 503, not a 429: the client did nothing wrong and its quota is not
-  used up. Also raised (``Retry-After: 1``, whatever the policy) in the rare case a
-  project's limits were never loaded and the database cannot be read
-  (``QuotaLimitsCache.get``; a previously loaded entry is served stale instead).
+Raises (``AronaError``: Litestar's handlers and the ``/v1`` raw handlers render the
+one error shape with ``exc.headers``; a stream must be admitted before its first byte):
 
-Windows (all fixed, UTC, counted per project):
+- ``QuotaExceededError`` (429) with ``Retry-After`` = seconds until the refusing
+  window resets (at least 1): code ``budget_exceeded``, ``token_limit_exceeded``,
+  ``rate_limit_exceeded`` (a request minute window) or ``quota_exceeded`` (a request
+  day or month window). When several are full, the one resetting last is reported.
+- ``QuotaUnavailableError`` (503 ``quota_unavailable``, ``Retry-After: 5``) when the
+  state store cannot be reached and the project is fail-closed; fail-open (default)
+  admits the call uncounted. Also raised (``Retry-After: 1``) when a project's limits
+  were never loaded and the database cannot be read.
 
-- minute: the clock's 60-second buckets (``[hh:mm:00, hh:mm+1:00)``);
-- day: the calendar day in UTC (``[00:00, 24:00)``);
-- month: the calendar month in UTC (first day 00:00 to the next month's first day).
-
-Each bucket is its own StateStore key (``quota:{<project>}:m|d|mo:<bucket>``, the hash
-tag keeping a project's keys on one Redis Cluster slot), created with a TTL a few
-seconds past the bucket's end; replicas agree on buckets as far as their clocks do.
-
-Admission is a reservation: ``StateStore.admit_windows`` adds 1 to the minute, day and
-month counters in one atomic step if every limited window has room, and changes
-nothing otherwise, so concurrent requests on any number of replicas never overshoot a
-limit. Windows without a limit are counted too (that is what ``GET /quota`` shows, and
-a limit set mid-day applies to the day's traffic so far). There is no ``release``: a
-request counts when it is admitted, whether or not the upstream call then succeeds.
-
-Limits come from ``QuotaLimitsCache`` (in process, invalidated over the EventBus by
-``QuotaSync``): no database query per request in steady state. A project without any
-limit costs no StateStore call at all.
-
-When the state store raises (Redis down, timeouts), the project's ``fail_closed``
-decides: fail-open (default) admits the request uncounted, fail-closed refuses with
-503. Either way a warning is logged at most once per ``log_interval`` seconds per
-process (with the number of failures in between) and
-``arona_quota_store_failures_total{policy}`` is counted.
+Limits come from ``QuotaLimitsCache``: no database query per call in steady state. A
+project without any limit, called by a key without any, costs no StateStore call.
+Store failures are counted (``arona_quota_store_failures_total{policy}``) and logged
+at most once per ``log_interval`` seconds with the number held back.
 """
 
 from __future__ import annotations

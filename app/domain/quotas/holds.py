@@ -8,7 +8,8 @@ request stays counted.
 
 The hold lives ``hold_ttl`` seconds in the store, so that a SIGKILLed replica's
 in-flight units come back on their own. A call that runs longer keeps its hold alive:
-a timer (no task, no per-chunk work) extends it every half TTL until the settle.
+a timer (no task, no per-chunk work) extends it every half TTL until the settle, for
+at most ``MAX_EXTENDED_SECONDS``.
 
 When the settle cannot reach its hold (the store was down for longer than the hold
 lived, or the extension failed), the call's actual units are added to the windows
@@ -32,6 +33,10 @@ from app.lib.state.base import StateStore
 logger = structlog.get_logger()
 
 Clock = Callable[[], float]
+
+MAX_EXTENDED_SECONDS = 3600.0
+"""A hold stops being extended after this long: a call that ran an hour without being
+metered was abandoned by a bug, and its units must come back some day."""
 
 
 class HoldFailures:
@@ -59,6 +64,7 @@ class Hold:
     __slots__ = (
         "_beat",
         "_clock",
+        "_extend_until",
         "_failures",
         "_store",
         "_task",
@@ -89,12 +95,13 @@ class Hold:
         self._failures = failures
         self.settled = False
         self._task: asyncio.Task[None] | None = None
+        self._extend_until = asyncio.get_running_loop().time() + MAX_EXTENDED_SECONDS
         self._beat: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
             hold_ttl / 2, self._extend
         )
 
     def _extend(self) -> None:
-        if self.settled:
+        if self.settled or asyncio.get_running_loop().time() > self._extend_until:
             return
         self._task = asyncio.get_running_loop().create_task(self._extended())
 
