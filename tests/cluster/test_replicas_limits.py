@@ -163,7 +163,7 @@ async def test_a_project_budget_admits_exactly_its_calls_over_three_replicas(
             "WHERE project_id = $1 AND status = 200",
             UUID(tenant.project_id),
         )
-        return rows[0]["n"] == BUDGET_CALLS
+        return bool(rows[0]["n"] == BUDGET_CALLS)
 
     await eventually(all_metered, within=15.0)
     [spent] = await cluster.fetch(

@@ -354,7 +354,7 @@ async def test_a_cancelled_call_gives_its_reservation_back(
 ) -> None:
     project_id = limits.project(tokens_per_day=1_000)
     gate = gate_on(harness.state(), limits)
-    meter = Meter(Rows(), time.monotonic)  # type: ignore[arg-type]
+    meter = Meter(Rows(), time.monotonic)
     record = CallRecord(endpoint="chat", model_requested="m", project_id=project_id)
     record.hold = await reserve(gate, project_id, tokens=800)
 
@@ -376,7 +376,7 @@ async def test_a_metered_call_settles_its_tokens(harness: Harness, limits: Limit
     project_id = limits.project(tokens_per_day=1_000)
     gate = gate_on(harness.state(), limits)
     rows = Rows()
-    meter = Meter(rows, time.monotonic)  # type: ignore[arg-type]
+    meter = Meter(rows, time.monotonic)
     record = CallRecord(endpoint="chat", model_requested="m", project_id=project_id)
     record.hold = await reserve(gate, project_id, tokens=800)
     record.usage = Usage(prompt_tokens=30, completion_tokens=12)
