@@ -15,6 +15,7 @@ import httpx
 import pytest
 from litestar import Litestar, get
 from litestar.testing import AsyncTestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.domain.quotas.gate import QuotaExceededError, QuotaGate, QuotaUnavailableError
 from app.lib.settings import Settings
@@ -27,7 +28,16 @@ from tests.support.settings import AppFactory, with_settings
 
 __all__ = ["both_client"]
 
-NO_LIMITS = {"perMinute": None, "perDay": None, "perMonth": None}
+NO_LIMITS = {
+    "perMinute": None,
+    "perDay": None,
+    "perMonth": None,
+    "tokensPerMinute": None,
+    "tokensPerDay": None,
+    "tokensPerMonth": None,
+    "budgetPerDay": None,
+    "budgetPerMonth": None,
+}
 
 
 def quota_url(project_id: str) -> str:
@@ -59,6 +69,15 @@ async def add_member(client: Client, project_id: str, owner: dict[str, str]) -> 
     return headers
 
 
+def refusals(metrics: str, **labels: str) -> float | None:
+    """The value of ``arona_quota_refusals_total`` with exactly ``labels``."""
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "arona_quota_refusals_total" and sample.labels == labels:
+                return float(sample.value)
+    return None
+
+
 def parse_time(value: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -69,15 +88,21 @@ async def test_a_new_project_has_no_limits(both_client: Client) -> None:
     before = datetime.datetime.now(datetime.UTC)
     body = await get_quota(both_client, tenant.project_id, tenant.owner)
     after = datetime.datetime.now(datetime.UTC)
-    assert set(body) == {"limits", "adminLimits", "ownerLimits", "failClosed", "usage"}
+    assert set(body) == {"limits", "adminLimits", "ownerLimits", "failClosed", "currency", "usage"}
     assert body["limits"] == body["adminLimits"] == body["ownerLimits"] == NO_LIMITS
     assert body["failClosed"] is False
-    assert set(body["usage"]) == {"minute", "day", "month"}
-    resets = {name: parse_time(w["resetsAt"]) for name, w in body["usage"].items()}
-    for window in body["usage"].values():
+    assert body["currency"] == "USD"
+    assert set(body["usage"]) == {"minute", "day", "month", "tokens", "spend"}
+    requests = {name: body["usage"][name] for name in ("minute", "day", "month")}
+    resets = {name: parse_time(w["resetsAt"]) for name, w in requests.items()}
+    for window in requests.values():
         assert set(window) == {"used", "limit", "resetsAt"}
         assert window["used"] == 0
         assert window["limit"] is None
+    # Without a token limit or a budget, tokens and spend are not counted.
+    for section in (body["usage"]["tokens"], body["usage"]["spend"]):
+        for name, window in section.items():
+            assert window == {"used": None, "limit": None, "resetsAt": requests[name]["resetsAt"]}
     assert before < resets["minute"] <= after + datetime.timedelta(seconds=60)
     assert resets["minute"].second == 0
     assert (resets["day"].hour, resets["day"].minute) == (0, 0)
@@ -92,7 +117,7 @@ async def test_admin_sets_ceilings_every_reader_sees_them(both_client: Client) -
     body = await admin_put(
         both_client, tenant.project_id, perMinute=10, perDay=1000, perMonth=None, failClosed=True
     )
-    expected = {"perMinute": 10, "perDay": 1000, "perMonth": None}
+    expected = {**NO_LIMITS, "perMinute": 10, "perDay": 1000, "perMonth": None}
     assert body["limits"] == body["adminLimits"] == expected
     assert body["ownerLimits"] == NO_LIMITS
     assert body["failClosed"] is True
@@ -112,7 +137,12 @@ async def test_admin_sets_ceilings_every_reader_sees_them(both_client: Client) -
     )
     assert response.status_code == 200, response.text
     # A PUT replaces the ceilings: absent windows are unlimited; failClosed is kept.
-    assert response.json()["adminLimits"] == {"perMinute": None, "perDay": 5, "perMonth": None}
+    assert response.json()["adminLimits"] == {
+        **NO_LIMITS,
+        "perMinute": None,
+        "perDay": 5,
+        "perMonth": None,
+    }
     assert response.json()["failClosed"] is True
 
 
@@ -126,20 +156,25 @@ async def test_owner_lowers_limits_the_lower_one_applies(both_client: Client) ->
     )
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["ownerLimits"] == {"perMinute": 10, "perDay": 1000, "perMonth": 20000}
-    assert body["adminLimits"] == {"perMinute": 60, "perDay": 1000, "perMonth": None}
+    assert body["ownerLimits"] == {**NO_LIMITS, "perMinute": 10, "perDay": 1000, "perMonth": 20000}
+    assert body["adminLimits"] == {**NO_LIMITS, "perMinute": 60, "perDay": 1000, "perMonth": None}
     # No admin ceiling on the month: the owner's own limit applies alone.
-    assert body["limits"] == {"perMinute": 10, "perDay": 1000, "perMonth": 20000}
+    assert body["limits"] == {**NO_LIMITS, "perMinute": 10, "perDay": 1000, "perMonth": 20000}
 
     # The admin lowering the ceiling below the owner's limit wins without an error.
     body = await admin_put(both_client, tenant.project_id, perMinute=5, perDay=1000)
-    assert body["limits"] == {"perMinute": 5, "perDay": 1000, "perMonth": 20000}
+    assert body["limits"] == {**NO_LIMITS, "perMinute": 5, "perDay": 1000, "perMonth": 20000}
     assert body["ownerLimits"]["perMinute"] == 10
 
     # Owner nulls: the admin ceilings alone.
     response = await both_client.put(quota_url(tenant.project_id), json={}, headers=tenant.owner)
     assert response.status_code == 200, response.text
-    assert response.json()["limits"] == {"perMinute": 5, "perDay": 1000, "perMonth": None}
+    assert response.json()["limits"] == {
+        **NO_LIMITS,
+        "perMinute": 5,
+        "perDay": 1000,
+        "perMonth": None,
+    }
 
     # The owner may also limit a project the admin never limited.
     other = await new_tenant(both_client)
@@ -147,7 +182,12 @@ async def test_owner_lowers_limits_the_lower_one_applies(both_client: Client) ->
         quota_url(other.project_id), json={"perDay": 0}, headers=other.owner
     )
     assert response.status_code == 200, response.text
-    assert response.json()["limits"] == {"perMinute": None, "perDay": 0, "perMonth": None}
+    assert response.json()["limits"] == {
+        **NO_LIMITS,
+        "perMinute": None,
+        "perDay": 0,
+        "perMonth": None,
+    }
     assert response.json()["adminLimits"] == NO_LIMITS
 
 
@@ -360,8 +400,9 @@ async def test_usage_shows_admitted_requests_on_the_memory_store(
         assert usage["month"] == {**usage["month"], "used": 4, "limit": None}
 
         metrics = (await client.get("/metrics")).text
-        refused = 'arona_quota_refusals_total{metric="requests",scope="project",window="day"}'
-        assert f"{refused} 2.0" in metrics
+        # Compared as labels, not text: the exposition's label order is the
+        # client library's choice (0.26 sorts them).
+        assert refusals(metrics, window="day", metric="requests", scope="project") == 2.0
 
 
 async def test_gate_errors_render_in_the_api_shape() -> None:

@@ -194,10 +194,19 @@ async def test_the_quota_tab_draws_usage_on_the_server(page: Page, site: Site) -
     await panel.get_by_role("link", name="7 days").click()
     await expect(panel.locator("svg.chart#chart-requests rect.bar")).to_have_count(7)
 
-    await panel.get_by_label("Per day (UTC)").fill("100")
+    await panel.get_by_label("Requests per day (UTC)", exact=True).fill("100")
+    await panel.get_by_label("Budget per day (UTC)", exact=True).fill("2.50")
+    await panel.get_by_label("Tokens per minute", exact=True).fill("0")
     await panel.get_by_role("button", name="Save limits").click()
     await expect(page.locator(".toast").last).to_contain_text("limits are saved")
-    await expect(panel.locator("tbody tr", has_text="Per day")).to_contain_text("100")
+    requests = panel.get_by_role("table", name="Requests per window")
+    await expect(requests.locator("tbody tr", has_text="Requests per day")).to_contain_text("100")
+    spend = panel.get_by_role("table", name="Spend per window")
+    await expect(spend.locator("tbody tr", has_text="Budget per day")).to_contain_text("2.5 USD")
+    await expect(spend.locator("meter")).to_have_count(1)  # the limited, counted window
+    # A limit of 0 is pointed out beside its field, and the field says so to readers.
+    per_minute = panel.get_by_label("Tokens per minute", exact=True)
+    await expect(per_minute).to_have_accessible_description(re.compile("0 blocks every call"))
 
 
 async def test_every_tab_fits_a_phone_and_is_reachable_by_keyboard(page: Page, site: Site) -> None:

@@ -16,6 +16,7 @@ from app.domain.accounts.governance import (
     ModelNotAllowedError,
     budget_text,
     check_governance,
+    parse_budget,
 )
 from app.domain.calls.admission import allow_model
 from app.domain.calls.callers import CallKey
@@ -74,6 +75,33 @@ def test_expiry_is_against_the_clock() -> None:
 )
 def test_budget_text_is_exact(micros: int | None, text: str | None) -> None:
     assert budget_text(micros) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "micros"),
+    [
+        ("25.50", 25_500_000),
+        (" 3 ", 3_000_000),
+        (12, 12_000_000),
+        (12.5, 12_500_000),
+        (0.1, 100_000),
+        (0.00001, 10),  # repr is 1e-05
+        (1.123456, 1_123_456),
+        ("1.1234567", None),
+        (1.1234567, None),  # a JSON number is not rounded to 6 decimals either
+        ("-1", None),
+        (-1, None),
+        (-0.5, None),
+        ("1e3", None),
+        ("", None),
+        (True, None),
+        (float("nan"), None),
+        (1_000_000_000, 10**15),
+        (1_000_000_001, None),
+    ],
+)
+def test_parse_budget_is_exact_or_refuses(value: str | int | float, micros: int | None) -> None:
+    assert parse_budget(value) == micros
 
 
 def test_unsent_fields_are_left_and_null_clears() -> None:

@@ -192,9 +192,15 @@ def budget_text(micros: int | None) -> str | None:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def _budget_micros(value: str | int | float) -> int | None:
-    text = format(value, "f") if isinstance(value, float) else str(value)
-    if isinstance(value, bool) or not _BUDGET.fullmatch(text.strip()):
+def parse_budget(value: str | int | float) -> int | None:
+    """A money amount (``"25.50"``, ``25``, ``25.5``) in micro-units; ``None`` when it
+    is negative, has more than 6 decimals or is above ``MAX_BUDGET_MICROS``."""
+    if isinstance(value, bool):
+        return None
+    # A float's repr is its shortest exact spelling (``format(x, "f")`` would round
+    # 1.1234567 to 6 decimals and accept it); Decimal spells ``1e-05`` as 0.00001.
+    text = format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)
+    if not _BUDGET.fullmatch(text.strip()):
         return None
     try:
         micros = int(Decimal(text.strip()) * MICROS)
@@ -276,7 +282,7 @@ def check_governance(
             values["budget_micros"] = None
             values["budget_period"] = None
         else:
-            micros = _budget_micros(fields.budget)
+            micros = parse_budget(fields.budget)
             if micros is None:
                 errors["budget"] = FieldError(
                     "invalid_limit",

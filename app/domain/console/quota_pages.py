@@ -1,6 +1,7 @@
-"""The Quotas and usage tab: the limits in force per window with what the current
-windows used, the owner's own lower limits, and the project's usage over the last
-days (per day and per model), as server-drawn charts beside their tables."""
+"""The Quotas and usage tab: the limits in force per window (requests, tokens, money)
+with what the current windows used, the owner's own lower limits, and the project's
+usage over the last days (per day and per model), as server-drawn charts beside their
+tables. The limits' view is in ``quota_view``."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from app.domain.console.tab_support import Forms, FormState, Tab, TabPages, TabS
 from app.domain.prices import amounts
 from app.domain.prices.schemas import PriceIn
 from app.domain.prices.services import ModelPriceService, price_out
-from app.domain.quotas.controllers import quota_out
+from app.domain.quotas.fields import WIRE_NAMES, read_limits
 from app.domain.quotas.gate import QuotaGate
-from app.domain.quotas.schemas import LimitsOut, OwnerQuotaIn, WindowUsageOut
-from app.domain.quotas.services import ProjectQuotaService, WindowValues
+from app.domain.quotas.page_view import form_values, limit_views, sections
+from app.domain.quotas.services import ProjectQuotaService
+from app.domain.quotas.views import quota_out
 from app.domain.usage.schemas import UsageGroupOut
 from app.domain.usage.services import UsageFilters, UsageRecordService
 from app.lib.clock import utcnow
@@ -34,16 +36,6 @@ PRICES_SHOWN = 100
 PERIODS = (7, 30, 90)
 DEFAULT_DAYS = 30
 MODELS_SHOWN = 12
-WINDOWS = (
-    ("perMinute", "per_minute", "minute", "Per minute"),
-    ("perDay", "per_day", "day", "Per day (UTC)"),
-    ("perMonth", "per_month", "month", "Per month (UTC)"),
-)
-
-
-def _limit(limits: LimitsOut, attr: str) -> int | None:
-    value: int | None = getattr(limits, attr)
-    return value
 
 
 def _cost(group: UsageGroupOut) -> str:
@@ -104,26 +96,14 @@ async def _context(
     project_id = scope.project.id
     row = await quotas_service.of_project(project_id)
     quota = await quota_out(project_id, row, quota_gate)
-    windows: list[dict[str, Any]] = []
-    for wire, attr, window, label in WINDOWS:
-        usage: WindowUsageOut = getattr(quota.usage, window)
-        windows.append(
-            {
-                "wire": wire,
-                "label": label,
-                "used": usage.used,
-                "limit": _limit(quota.limits, attr),
-                "admin": _limit(quota.admin_limits, attr),
-                "owner": _limit(quota.owner_limits, attr),
-                "resets_at": usage.resets_at,
-            }
-        )
-    current = {w["wire"]: "" if w["owner"] is None else str(w["owner"]) for w in windows}
+    views = limit_views(quota)
     prices, _ = await services.prices.page_of(project_id, PRICES_SHOWN, 0)
     now = utcnow()
+    current = form_values(quota.owner_limits)
     return {
-        "windows": windows,
+        "sections": sections(views),
         "fail_closed": quota.fail_closed,
+        "currency": quota.currency,
         "forms": Forms({FORM: FormState(values=current), PRICE_FORM: FormState(values=_blank())}),
         "prices": [price_out(row, now) for row in prices],
         **await _usage(services.usage, project_id, days),
@@ -181,19 +161,26 @@ class QuotaTab(TabPages):
     ) -> Template:
         tab_scope.require_project("change the project's quota")
         form = await tab_scope.form()
-        values = form.texts(*(wire for wire, _, _, _ in WINDOWS))
+        values = form.texts(*WIRE_NAMES)
         days = _period(int(form.text("days")) if form.text("days").isdigit() else None)
         services = TabServices(
             project_quotas_service, quota_gate, usage_records_service, prices_service
         )
         tab = _tab(tab_scope, services, days)
+        # Every field at once: what is not a valid limit, and what is above the admin's.
+        limits, problems = read_limits(values)
+        above = await project_quotas_service.above_admin(project_id, limits)
+        errors = {
+            wire: (problems.get(wire) or above[wire]).plain
+            for wire in WIRE_NAMES
+            if wire in problems or wire in above
+        }
+        if errors:
+            return await tab.reject(FORM, FormState(values=values, errors=errors, failed=True))
         try:
-            data = parse(OwnerQuotaIn, {k: (v or None) for k, v in values.items()})
-            await project_quotas_service.set_owner_limits(
-                project_id, WindowValues(data.per_minute, data.per_day, data.per_month)
-            )
+            await project_quotas_service.set_owner_limits(project_id, limits)
         except AronaError as exc:
-            return await tab.refuse(FORM, exc, values, values)
+            return await tab.refuse(FORM, exc, WIRE_NAMES, values)
         return await tab.show("Your limits are saved.")
 
     @post("/prices")

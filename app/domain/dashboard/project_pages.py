@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 from uuid import UUID
 
-import msgspec
 from litestar import get, post
 from litestar.di import Provide
 from litestar.params import QueryParameter
@@ -25,8 +24,7 @@ from app.domain.dashboard.common import (
     checked,
     fragment,
     notify,
-    optional_int,
-    validation_field,
+    text,
 )
 from app.domain.dashboard.usage import (
     DEFAULT_PERIOD,
@@ -38,17 +36,18 @@ from app.domain.dashboard.usage import (
     project_totals,
 )
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectService
-from app.domain.quotas.controllers import quota_out
+from app.domain.quotas.fields import FIELDS, read_limits
 from app.domain.quotas.gate import QuotaGate
-from app.domain.quotas.schemas import AdminQuotaIn, QuotaOut
-from app.domain.quotas.services import ProjectQuotaService, WindowValues
+from app.domain.quotas.page_view import LimitView, form_values, limit_views
+from app.domain.quotas.schemas import QuotaOut
+from app.domain.quotas.services import ProjectQuotaService
+from app.domain.quotas.views import quota_out
 from app.domain.web.pages import WebUser
 from app.lib.clock import utcnow
 from app.lib.errors import NotFoundError
 
 PAGE_SIZE = 50
 ROW_TEMPLATE = "dashboard/partials/project_row.html"
-FIELDS = {"perMinute": "per_minute", "perDay": "per_day", "perMonth": "per_month"}
 PageQuery = Annotated[int, QueryParameter(ge=1, le=100_000)]
 
 
@@ -71,6 +70,11 @@ class ProjectView:
     quota: QuotaOut
     month: Totals | None
     """Usage records since the start of the month (UTC)."""
+
+    @property
+    def limits(self) -> list[LimitView]:
+        """Every limit with its window's use (requests, tokens, spend)."""
+        return limit_views(self.quota)
 
 
 def _breakdowns(usage: PlatformUsage) -> list[Breakdown]:
@@ -194,15 +198,8 @@ class ProjectQuotaPages(DashboardController):
 
     @get("/projects/{project_id:uuid}/quota")
     async def quota_form(self, admin: AdminRequest, project_view: ProjectView) -> Template:
-        limits = project_view.quota.admin_limits
-        values: dict[str, Any] = {
-            field: "" if limit is None else str(limit)
-            for field, limit in (
-                ("per_minute", limits.per_minute),
-                ("per_day", limits.per_day),
-                ("per_month", limits.per_month),
-            )
-        }
+        ceilings = form_values(project_view.quota.admin_limits)
+        values: dict[str, Any] = {f.effective: ceilings[f.wire] for f in FIELDS}
         values["fail_closed"] = project_view.quota.fail_closed
         return _quota_form(admin, project_view, values, {})
 
@@ -214,21 +211,19 @@ class ProjectQuotaPages(DashboardController):
         project_quotas_service: ProjectQuotaService,
         project_views: ProjectViews,
     ) -> Template:
+        """The ceilings replaced as a whole, as the API's PUT does; every field is
+        checked at once and each error shown beside its field."""
         project = await project_views.project(project_id)
         form = await admin.form()
-        body = {wire: optional_int(form, field) for wire, field in FIELDS.items()}
-        values: dict[str, Any] = {field: str(form.get(field) or "") for field in FIELDS.values()}
+        # The dashboard's forms name fields in snake_case (``tokens_per_day``).
+        values: dict[str, Any] = {f.effective: text(form, f.effective) for f in FIELDS}
         values["fail_closed"] = checked(form, "fail_closed")
-        try:
-            data = msgspec.convert({**body, "failClosed": values["fail_closed"]}, AdminQuotaIn)
-        except msgspec.ValidationError as exc:
-            field, message = validation_field(exc, FIELDS)
-            errors = {field: f"{message} Leave it blank for no limit."}
+        limits, problems = read_limits({f.wire: values[f.effective] for f in FIELDS})
+        if problems:
+            errors = {f.effective: problems[f.wire].plain for f in FIELDS if f.wire in problems}
             return _quota_form(admin, await project_views.one(project), values, errors)
         await project_quotas_service.set_admin_limits(
-            project_id,
-            WindowValues(data.per_minute, data.per_day, data.per_month),
-            fail_closed=values["fail_closed"],
+            project_id, limits, fail_closed=values["fail_closed"]
         )
         view = await project_views.one(project)
         headers = notify(f"Limits of {project.name} saved.")

@@ -1,10 +1,14 @@
 """Quota APIs.
 
-- ``PUT /api/admin/projects/{projectId}/quota`` (platform admin): the ceilings and
-  the fail policy.
+- ``PUT /api/admin/projects/{projectId}/quota`` (platform admin): the ceilings
+  (requests, tokens and money per window) and the fail policy.
 - ``GET /api/projects/{projectId}/quota`` (members, API keys, admins): limits, both
-  sides of them, and the current windows' consumption from the state store.
+  sides of them, and the current windows' consumption (requests, tokens, spend) from
+  the state store.
 - ``PUT /api/projects/{projectId}/quota`` (owners, admins): the owner's lower limits.
+
+The fields are in ``app.domain.quotas.fields``; an invalid one is a 400 naming it,
+and nothing is written unless every field is valid.
 
 The usage records endpoints are in ``app.domain.usage.controllers``.
 
@@ -18,50 +22,16 @@ from uuid import UUID
 
 from litestar import get, put
 
-from app.db.models import Project, ProjectQuota
+from app.db.models import Project
 from app.domain.accounts.principals import Principal
 from app.domain.projects.services import PROJECT_NOT_FOUND, ProjectAccess, ProjectService
-from app.domain.quotas.gate import QuotaGate, WindowUsage
-from app.domain.quotas.limits import QuotaLimits
-from app.domain.quotas.schemas import (
-    AdminQuotaIn,
-    LimitsOut,
-    OwnerQuotaIn,
-    QuotaOut,
-    QuotaUsageOut,
-    WindowUsageOut,
-)
-from app.domain.quotas.services import ProjectQuotaService, WindowValues
+from app.domain.quotas.fields import valid_limits
+from app.domain.quotas.gate import QuotaGate
+from app.domain.quotas.schemas import AdminQuotaIn, OwnerQuotaIn, QuotaOut, limits_sent
+from app.domain.quotas.services import ProjectQuotaService
+from app.domain.quotas.views import quota_out
 from app.domain.rest import AdminController, ProjectApiController
 from app.lib.errors import NotFoundError
-
-
-def _window_out(usage: WindowUsage) -> WindowUsageOut:
-    return WindowUsageOut(used=usage.used, limit=usage.limit, resets_at=usage.resets_at)
-
-
-async def quota_out(project_id: UUID, row: ProjectQuota | None, gate: QuotaGate) -> QuotaOut:
-    limits = QuotaLimits.of(row)
-    usage = await gate.usage(project_id, limits)
-    return QuotaOut(
-        limits=LimitsOut(limits.per_minute, limits.per_day, limits.per_month),
-        admin_limits=LimitsOut(
-            *((None, None, None) if row is None else (row.per_minute, row.per_day, row.per_month))
-        ),
-        owner_limits=LimitsOut(
-            *(
-                (None, None, None)
-                if row is None
-                else (row.owner_per_minute, row.owner_per_day, row.owner_per_month)
-            )
-        ),
-        fail_closed=limits.fail_closed,
-        usage=QuotaUsageOut(
-            minute=_window_out(usage["minute"]),
-            day=_window_out(usage["day"]),
-            month=_window_out(usage["month"]),
-        ),
-    )
 
 
 class QuotaAdminController(AdminController):
@@ -78,11 +48,13 @@ class QuotaAdminController(AdminController):
         project_quotas_service: ProjectQuotaService,
         quota_gate: QuotaGate,
     ) -> QuotaOut:
+        # Every field is checked before anything is looked up or written.
+        limits = valid_limits(limits_sent(data))
         if await projects_service.get_one_or_none(Project.id == project_id) is None:
             raise NotFoundError(PROJECT_NOT_FOUND, code="project_not_found")
         row = await project_quotas_service.set_admin_limits(
             project_id,
-            WindowValues(data.per_minute, data.per_day, data.per_month),
+            limits,
             fail_closed=data.fail_closed if isinstance(data.fail_closed, bool) else None,
         )
         return await quota_out(project_id, row, quota_gate)
@@ -113,6 +85,6 @@ class ProjectQuotaController(ProjectApiController):
     ) -> QuotaOut:
         access.require(access.can_manage_project, "change the project's quota")
         row = await project_quotas_service.set_owner_limits(
-            project_id, WindowValues(data.per_minute, data.per_day, data.per_month)
+            project_id, valid_limits(limits_sent(data))
         )
         return await quota_out(project_id, row, quota_gate)

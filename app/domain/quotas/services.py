@@ -3,7 +3,6 @@ project in ``project_quotas``; no row means no limit)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -14,26 +13,9 @@ from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
 from app.db.models import ProjectQuota
 from app.domain.projects.services import PROJECT_NOT_FOUND
-from app.lib.errors import BadRequestError, NotFoundError
+from app.domain.quotas.fields import LimitErrors, LimitProblem, QuotaValues, above_ceilings
+from app.lib.errors import NotFoundError
 from app.lib.replicated_cache import UNPUBLISHED, Changes
-
-# (column of the admin ceiling, column of the owner's limit, wire name)
-WINDOW_FIELDS = (
-    ("per_minute", "owner_per_minute", "perMinute"),
-    ("per_day", "owner_per_day", "perDay"),
-    ("per_month", "owner_per_month", "perMonth"),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class WindowValues:
-    per_minute: int | None
-    per_day: int | None
-    per_month: int | None
-
-    def get(self, column: str) -> int | None:
-        value: int | None = getattr(self, column)
-        return value
 
 
 class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
@@ -48,30 +30,28 @@ class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
         return await self.get_one_or_none(ProjectQuota.project_id == project_id)
 
     async def set_admin_limits(
-        self, project_id: UUID, limits: WindowValues, fail_closed: bool | None
+        self, project_id: UUID, limits: QuotaValues, fail_closed: bool | None
     ) -> ProjectQuota:
-        """Replace the ceilings (``fail_closed`` ``None``: unchanged). Owner limits
-        above a lowered ceiling are kept; the lower of the two applies anyway."""
-        values: dict[str, Any] = {column: limits.get(column) for column, _, _ in WINDOW_FIELDS}
+        """Replace the ceilings, every one of them (``fail_closed`` ``None``:
+        unchanged). Owner limits above a lowered ceiling are kept; the lower of the two
+        applies anyway."""
+        values: dict[str, Any] = limits.columns(owner=False)
         if fail_closed is not None:
             values["fail_closed"] = fail_closed
         return await self._upsert(project_id, values)
 
-    async def set_owner_limits(self, project_id: UUID, limits: WindowValues) -> ProjectQuota:
-        """Replace the owner's limits; each must stay within the admin ceiling."""
+    async def above_admin(self, project_id: UUID, limits: QuotaValues) -> dict[str, LimitProblem]:
+        """The owner's ``limits`` that exceed the admin's ceilings, by wire name."""
         row = await self.of_project(project_id)
-        for column, _, wire in WINDOW_FIELDS:
-            ceiling = None if row is None else getattr(row, column)
-            wanted = limits.get(column)
-            if ceiling is not None and wanted is not None and wanted > ceiling:
-                raise BadRequestError(
-                    f"`{wire}` ({wanted}) is above the limit the platform admin set "
-                    f"({ceiling}); an owner may only lower it",
-                    code="above_admin_limit",
-                    param=wire,
-                )
-        values = {owner: limits.get(column) for column, owner, _ in WINDOW_FIELDS}
-        return await self._upsert(project_id, values)
+        return above_ceilings(QuotaValues.of_row(row, owner=False), limits)
+
+    async def set_owner_limits(self, project_id: UUID, limits: QuotaValues) -> ProjectQuota:
+        """Replace the owner's limits; each must stay within the admin ceiling (else
+        400 ``above_admin_limit`` naming the first field, nothing written)."""
+        problems = await self.above_admin(project_id, limits)
+        if problems:
+            raise LimitErrors(problems)
+        return await self._upsert(project_id, limits.columns(owner=True))
 
     async def _upsert(self, project_id: UUID, values: dict[str, Any]) -> ProjectQuota:
         row = await self._write(project_id, values)
