@@ -95,6 +95,7 @@ async def test_a_keys_rpm_admits_exactly_its_limit_over_three_replicas(
 # Output-only price: the estimate (max_tokens at the output price) is then exactly
 # what each call costs, so a budget for 100 calls admits 100 even at full concurrency.
 OUTPUT_PRICE = "3.5"  # per million output tokens
+OUTPUT_MICROS = 3_500_000
 BUDGET_CALLS = 100
 
 
@@ -113,7 +114,8 @@ async def test_a_project_budget_admits_exactly_its_calls_over_three_replicas(
     )
     assert priced.status_code == 201, priced.text
     output_tokens = fake.control.chunks  # the fake answers this many completion tokens
-    call_cost = output_tokens * 3_500_000 // 1_000_000  # micro-units, exact
+    # Micro-units, rounded half up as the price book does.
+    call_cost = (output_tokens * OUTPUT_MICROS + 500_000) // 1_000_000
     budget_micros = BUDGET_CALLS * call_cost
     budget = f"{budget_micros // 1_000_000}.{budget_micros % 1_000_000:06d}"
     limited = await cluster.a.put(
@@ -124,9 +126,11 @@ async def test_a_project_budget_admits_exactly_its_calls_over_three_replicas(
     assert limited.status_code == 200, limited.text
 
     async def priced_everywhere() -> bool:
-        # Every replica holds the new limits and price before the burst.
+        # Every replica answers with the new budget before the burst.
         for client in cluster.http:
-            got = await client.get(f"/api/admin/projects/{tenant.project_id}/quota", headers=ADMIN)
+            got = await client.get(
+                f"/api/projects/{tenant.project_id}/quota", headers=tenant.user_headers
+            )
             if got.status_code != 200 or got.json()["limits"].get("budgetPerDay") is None:
                 return False
         return True
