@@ -68,7 +68,7 @@ from app.domain.quotas.errors import (
     QuotaUnavailableError,
     WindowName,
 )
-from app.domain.quotas.holds import Hold, HoldFailures
+from app.domain.quotas.holds import Hold, HoldFailures, SettleBatch
 from app.domain.quotas.limits import QuotaLimits, QuotaLimitsCache
 from app.domain.quotas.refusals import refusal_message
 from app.domain.quotas.windows import (
@@ -104,6 +104,9 @@ DEFAULT_HOLD_TTL = 120.0
 """Seconds a call's reservation lives unless extended: how soon a killed replica's
 in-flight units come back (a live call extends its hold every half of it)."""
 
+DEFAULT_SETTLE_DELAY = 0.005
+"""Seconds settles are gathered before one store call sends them all."""
+
 Clock = Callable[[], float]
 
 
@@ -138,6 +141,7 @@ class QuotaGate:
         log_interval: float = DEFAULT_LOG_INTERVAL,
         hold_ttl: float = DEFAULT_HOLD_TTL,
         alerts: BudgetAlerts | None = None,
+        settle_delay: float = DEFAULT_SETTLE_DELAY,
     ) -> None:
         """``clock`` is wall-clock epoch seconds (tests pass a fake one to cross
         windows); ``registry`` gets the gate's Prometheus counters when given;
@@ -177,6 +181,7 @@ class QuotaGate:
                 True: failures.labels("fail_closed"),
             }
         self.hold_failures = HoldFailures(settle_metric, log_interval)
+        self._settles = SettleBatch(store, self.hold_failures, delay=settle_delay)
 
     async def check(
         self, project_id: UUID, key: KeyLimits | None = None, *, project_quota: bool = True
@@ -259,7 +264,12 @@ class QuotaGate:
             hold_ttl=self.hold_ttl,
             clock=self._clock,
             failures=self.hold_failures,
+            batch=self._settles,
         )
+
+    async def drain(self) -> None:
+        """Send the settles queued now and wait for them (tests; shutdown)."""
+        await self._settles.drain()
 
     def _request_plan(
         self,

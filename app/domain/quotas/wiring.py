@@ -52,5 +52,9 @@ class QuotasWiring(Component):
     async def resync_after_outage(self) -> None:
         await self.sync.reload()
 
+    async def stop(self) -> None:
+        # The last calls' settles go out before the store closes.
+        await self.gate.drain()
+
     async def aclose(self) -> None:
         await self.alerts.aclose()

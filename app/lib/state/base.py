@@ -239,6 +239,12 @@ class StateStore(Protocol):
         """
         ...
 
+    async def settle_many(self, settles: Sequence[tuple[str, Mapping[str, int]]]) -> list[bool]:
+        """``settle`` each (hold id, actuals), in as few round trips as the store can
+        (the calls that ended together); the results in order. Argument errors raise
+        before anything is settled."""
+        ...
+
     async def release(self, hold_id: str) -> bool:
         """Give back everything the hold reserved (the call never reached the
         upstream) and drop it; False, changing nothing, when the hold is unknown."""

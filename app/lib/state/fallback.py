@@ -271,6 +271,9 @@ class FallbackStateStore:
     async def settle(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
         return await self._strict("settle", lambda: self.shared.settle(hold_id, actuals))
 
+    async def settle_many(self, settles: Sequence[tuple[str, Mapping[str, int]]]) -> list[bool]:
+        return await self._strict("settle_many", lambda: self.shared.settle_many(settles))
+
     async def release(self, hold_id: str) -> bool:
         return await self._strict("release", lambda: self.shared.release(hold_id))
 

@@ -237,6 +237,12 @@ class MemoryStateStore:
         check_actuals(actuals)
         return self._finish(hold_id, actuals)
 
+    async def settle_many(self, settles: Sequence[tuple[str, Mapping[str, int]]]) -> list[bool]:
+        for hold_id, actuals in settles:
+            check_hold_id(hold_id)
+            check_actuals(actuals)
+        return [self._finish(hold_id, actuals) for hold_id, actuals in settles]
+
     async def release(self, hold_id: str) -> bool:
         check_hold_id(hold_id)
         hold = self._live_hold(hold_id, self._clock())

@@ -234,6 +234,9 @@ class RedisStateStore:
     async def settle(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
         return await self._holds.settle(hold_id, actuals)
 
+    async def settle_many(self, settles: Sequence[tuple[str, Mapping[str, int]]]) -> list[bool]:
+        return await self._holds.settle_many(settles)
+
     async def release(self, hold_id: str) -> bool:
         return await self._holds.release(hold_id)
 

@@ -53,6 +53,16 @@ _ATTEMPTS = 3
 _KNOWN_MAX = 65_536
 
 
+def _hash_tag(key: str) -> str:
+    """The part of ``key`` Redis Cluster hashes (``{...}``), else the whole key."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
 def _ms(seconds: float, name: str) -> int:
     if seconds <= 0:
         raise ValueError(f"{name} must be positive, got {seconds}")
@@ -69,6 +79,7 @@ class RedisHolds:
         self._known: dict[str, tuple[float, tuple[str, ...]]] = {}
         self._reserve = client.register_script(scripts.RESERVE)
         self._settle = client.register_script(scripts.SETTLE)
+        self._settle_many = client.register_script(scripts.SETTLE_MANY)
         self._extend = client.register_script(scripts.EXTEND)
         self._total = client.register_script(scripts.TOTAL)
 
@@ -85,32 +96,32 @@ class RedisHolds:
         check_reserve(windows, hold_id, hold_ttl)
         hold_ms = _ms(hold_ttl, "hold_ttl")
         keys = [self._hold_key(hold_id)]
-        args: list[int | str] = [hold_id, hold_ms]
+        specs: list[str] = []
         for window in windows:
-            keys += self._window_keys(self._prefix + window.key)
+            keys.append(self._prefix + window.key)
             limit = -1 if window.limit is None else window.limit
-            args += [limit, _ms(window.ttl, "ttl"), window.amount]
+            specs.append(f"{limit},{_ms(window.ttl, 'ttl')},{window.amount}")
         if not windows:
             # Nothing to hold; but a live id is still an error, as in memory.
             if await self._client.exists(keys[0]):
                 raise HoldInUseError(f"hold {hold_id!r} is still live")
             return MultiWindowDecision(True, ())
-        reply = await self._reserve(keys=keys, args=args)
-        if int(reply[0]) == -1:
+        raw = await self._reserve(keys=keys, args=[hold_id, hold_ms, ";".join(specs)])
+        if isinstance(raw, int):
             raise HoldInUseError(f"hold {hold_id!r} is still live")
-        counts = tuple(
-            WindowCount(
-                window.key,
-                bool(reply[1 + 3 * i]),
-                int(reply[2 + 3 * i]),
-                window.limit,
-                int(reply[3 + 3 * i]) / 1000,
+        allowed, *parts = raw.decode().split(";")
+        counts = []
+        for window, part in zip(windows, parts, strict=True):
+            fits, current, retry_ms = part.split(",")
+            counts.append(
+                WindowCount(
+                    window.key, fits == "1", int(current), window.limit, int(retry_ms) / 1000
+                )
             )
-            for i, window in enumerate(windows)
-        )
+        reply = (allowed == "1",)
         if reply[0]:
             self._remember(hold_id, hold_ttl, tuple(self._prefix + w.key for w in windows))
-        return MultiWindowDecision(bool(reply[0]), counts)
+        return MultiWindowDecision(reply[0], tuple(counts))
 
     def _remember(self, hold_id: str, hold_ttl: float, counters: tuple[str, ...]) -> None:
         now = self._clock()
@@ -139,6 +150,53 @@ class RedisHolds:
         known = self._forget(hold_id)
         settled, _ = await self._on_hold(hold_id, set(actuals), known, self._settle, args)
         return settled
+
+    async def settle_many(self, settles: Sequence[tuple[str, Mapping[str, int]]]) -> list[bool]:
+        """Settle each (hold id, actuals) as ``settle`` would, those this process
+        reserved in one script call per hash tag: the windows they share are named
+        once, so a batch costs about one call's arguments per hold, not a call's."""
+        for hold_id, actuals in settles:
+            check_hold_id(hold_id)
+            check_actuals(actuals)
+        results: list[bool | None] = [None] * len(settles)
+        groups: dict[str, list[int]] = {}
+        for index, (hold_id, _) in enumerate(settles):
+            if hold_id in self._known:
+                groups.setdefault(_hash_tag(hold_id), []).append(index)
+        for indexes in groups.values():
+            await self._settle_group(settles, indexes, results)
+        for index, result in enumerate(results):
+            if result is None:  # taken elsewhere, or its record changed: one by one
+                results[index] = await self.settle(*settles[index])
+        return [bool(r) for r in results]
+
+    async def _settle_group(
+        self,
+        settles: Sequence[tuple[str, Mapping[str, int]]],
+        indexes: list[int],
+        results: list[bool | None],
+    ) -> None:
+        plen = len(self._prefix)
+        window_of: dict[str, int] = {}
+        keys = [self._hold_key(settles[i][0]) for i in indexes]
+        windows: list[str] = []
+        specs: list[str] = []
+        for i in indexes:
+            hold_id, actuals = settles[i]
+            counters = self._forget(hold_id) or ()
+            parts = []
+            for counter in counters:
+                w = window_of.get(counter)
+                if w is None:
+                    w = window_of[counter] = len(window_of) + 1
+                    windows += self._window_keys(counter)
+                actual = actuals.get(counter[plen:])
+                parts.append(f"{w}={'' if actual is None else actual}")
+            specs.append(f"{hold_id}\n{','.join(parts)}")
+        outcomes = await self._settle_many(keys=[*keys, *windows], args=[len(indexes), *specs])
+        for i, outcome in zip(indexes, outcomes, strict=True):
+            if int(outcome) != -1:
+                results[i] = int(outcome) == 1
 
     async def release(self, hold_id: str) -> bool:
         check_hold_id(hold_id)
