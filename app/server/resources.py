@@ -53,6 +53,7 @@ from app.domain.profiles.sync import ProfileSync
 from app.domain.profiles.wiring import ProfilesWiring
 from app.domain.projects.deps import projects_dependencies
 from app.domain.projects.memberships import ProjectMemberships, db_membership_loader
+from app.domain.quotas.alerts import AlertSink
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.limits import QuotaSync
 from app.domain.quotas.wiring import QuotasWiring
@@ -68,6 +69,8 @@ from app.domain.video.prices import VideoPrices
 from app.domain.video.wiring import VideoWiring
 from app.domain.web.sessions import WebSessions
 from app.domain.web.wiring import WebWiring
+from app.domain.webhooks.dispatcher import WebhookDispatcher
+from app.domain.webhooks.wiring import WebhooksWiring
 from app.lib.components import Component, Provides
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
@@ -155,6 +158,10 @@ class Resources:
     video_poller: VideoPoller
     """Drives the jobs (run in the lifespan, ``close`` at shutdown)."""
     video_prices: VideoPrices
+    webhook_dispatcher: WebhookDispatcher
+    """Delivers threshold alerts to project webhooks (``app.domain.webhooks``)."""
+    alert_sinks: list[AlertSink]
+    """This replica's local receivers of the alerts it emits (``webhook_dispatcher``)."""
     instance_id: str
     """This process among the replicas (probe rounds, shared verdicts)."""
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
@@ -241,6 +248,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         instance_id=instance_id,
     )
     usage = UsageWiring(settings, engine=engine, redis=redis, registry=metrics.registry)
+    # Before quotas: the alert emitter hands each threshold alert to these sinks.
+    webhooks = WebhooksWiring(settings, db_config=db_config, vault=vault, instance_id=instance_id)
+    alert_sinks: list[AlertSink] = [webhooks.dispatcher]
     quotas = QuotasWiring(
         db_config=db_config, state_store=state_store, bus=bus, registry=metrics.registry
     )
@@ -312,6 +322,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         web,
         agents,
         video,
+        webhooks,
     )
     # What an area provides by a name ``Resources`` has is the object that field holds:
     # taken from the area, not named a second time here.
@@ -343,6 +354,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         gateway=GatewayService(routing.routing, usage.writer, admission, prices.book),
         runtime_chat=runtime_chat,
         video_poller=video.poller,
+        alert_sinks=alert_sinks,
     )
     resources.components = (
         CoreWiring(resources),

@@ -239,6 +239,8 @@ async def test_rotation_moves_every_column_to_the_newest_key(
             "project_secrets": (3, 0, 0),
             "custom_llms": (1, 0, 0),
             "override_keys": (1, 0, 0),
+            "project_webhooks": (0, 0, 0),
+            "project_webhooks (previous secrets)": (0, 0, 0),
         }
         after = await stored(fresh)
         assert_all_on(after, seeded.values, Vault([K2]), "k2")
@@ -254,6 +256,8 @@ async def test_rotation_moves_every_column_to_the_newest_key(
             "project_secrets": (0, 3, 0),
             "custom_llms": (0, 1, 0),
             "override_keys": (0, 1, 0),
+            "project_webhooks": (0, 0, 0),
+            "project_webhooks (previous secrets)": (0, 0, 0),
         }
         assert await stored(fresh) == after
 

@@ -1,0 +1,203 @@
+"""A real HTTPS webhook receiver for the tests, its certificates, and the receiver-side
+signature check exactly as docs/projects-api.md tells integrators to write it.
+
+``make_tls`` generates a throwaway certificate authority and a server certificate it
+signs (for ``localhost``, ``127.0.0.1`` and a few test names) at fixture time, with
+the ``cryptography`` package; Arona trusts the authority through
+``ARONA_WEBHOOK_CA_FILE`` (or an ``ssl_context`` handed to ``build_webhooks``), as an
+operator with a private PKI would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import hmac
+import ipaddress
+import ssl
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+TEST_NAMES = ("localhost", "hooks.test", "rebind.test")
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+    def client_context(self) -> ssl.SSLContext:
+        """Trusts the test authority (and nothing of the system's: not needed here)."""
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+
+def _name(common: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def make_tls(directory: Path) -> Tls:
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(_name("Arona test CA"))
+        .issuer_name(_name("Arona test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in TEST_NAMES]
+    names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("localhost"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    tls = Tls(directory / "ca.pem", directory / "server.pem", directory / "server.key")
+    tls.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    tls.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    tls.key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return tls
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    path: str
+    headers: dict[str, str]
+    """Lower-case names."""
+    body: bytes
+    at: float
+    """``time.monotonic()`` when it arrived."""
+
+    def json(self) -> Any:
+        return msgspec.json.decode(self.body)
+
+
+@dataclass(slots=True)
+class WebhookReceiver:
+    """An HTTPS server on a loopback port that records every request and answers from
+    a script: the next status of ``script`` (a 3xx redirects to ``/landing``), then
+    ``default``. ``/landing`` counts the requests that followed a redirect."""
+
+    tls: Tls
+    default: int = 200
+    script: deque[int] = field(default_factory=deque)
+    received: list[Received] = field(default_factory=list)
+    landed: int = 0
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    def answer(self, *statuses: int) -> None:
+        self.script.extend(statuses)
+
+    def url(self, host: str = "127.0.0.1", path: str = "/hook") -> str:
+        return f"https://{host}:{self.port}{path}"
+
+    async def _landing(self, request: web.Request) -> web.Response:
+        self.landed += 1
+        return web.Response(text="followed")
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        self.received.append(Received(request.path, headers, body, time.monotonic()))
+        status = self.script.popleft() if self.script else self.default
+        if 300 <= status < 400:
+            raise web.HTTPFound(location=self.url(path="/landing"))
+        return web.Response(status=status, text=f"receiver says {status}")
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/landing", self._landing)
+        app.router.add_route("*", "/{tail:.*}", self._hook)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls.server_context())
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def wait_for(self, count: int, within: float = 10.0) -> list[Received]:
+        deadline = time.monotonic() + within
+        while len(self.received) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(self.received)} of {count} requests within {within}s")
+            await asyncio.sleep(0.01)
+        return self.received
+
+
+def verify_signature(secret: str, header: str, body: bytes, tolerance: int = 300) -> bool:
+    """The receiver's check, as docs/projects-api.md writes it (kept in step with it)."""
+    fields = [part.split("=", 1) for part in header.split(",") if "=" in part]
+    timestamps = [value for key, value in fields if key == "t"]
+    signatures = [value for key, value in fields if key == "v1"]
+    if len(timestamps) != 1 or not signatures or not timestamps[0].isdigit():
+        return False
+    if abs(time.time() - int(timestamps[0])) > tolerance:
+        return False  # too old (a replay) or from a clock far off
+    signed = timestamps[0].encode() + b"." + body
+    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return any(hmac.compare_digest(expected, candidate) for candidate in signatures)
