@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import ipaddress
 import ssl
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -144,6 +145,8 @@ class WebhookReceiver:
     landed: int = 0
     port: int = 0
     _runner: web.AppRunner | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
 
     def answer(self, *statuses: int) -> None:
         self.script.extend(statuses)
@@ -165,6 +168,18 @@ class WebhookReceiver:
         return web.Response(status=status, text=f"receiver says {status}")
 
     async def start(self) -> None:
+        """Serve from a thread and event loop of its own: Litestar's test client runs
+        the app in another thread and blocks the test's loop while a request is in
+        flight, and a test event is delivered inside that request."""
+        loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=loop.run_forever, name="webhook-receiver", daemon=True
+        )
+        self._thread.start()
+        self._loop = loop
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._serve(), loop))
+
+    async def _serve(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/landing", self._landing)
         app.router.add_route("*", "/{tail:.*}", self._hook)
@@ -177,8 +192,15 @@ class WebhookReceiver:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        loop, runner = self._loop, self._runner
+        if loop is None:
+            return
+        if runner is not None:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(runner.cleanup(), loop))
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        loop.close()
 
     async def wait_for(self, count: int, within: float = 10.0) -> list[Received]:
         deadline = time.monotonic() + within
