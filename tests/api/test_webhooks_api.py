@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,54 +16,28 @@ from litestar.testing import AsyncTestClient
 
 from app.domain.quotas.alerts import BudgetAlert
 from app.lib.clock import utcnow
-from app.lib.settings import Settings
 from tests.support.api import create_api_key, eventually, resources_of
-from tests.support.auth import fresh_database
 from tests.support.helpers import assert_error, new_project, new_user
-from tests.support.settings import AppFactory
-from tests.support.webhooks import Tls, WebhookReceiver, make_tls, verify_signature
+from tests.support.webhooks import WebhookReceiver, verify_signature
 
 Client = AsyncTestClient[Litestar]
 
 
-@pytest.fixture(scope="module")
-async def hooks_settings(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Settings]:
-    async with fresh_database("postgres", tmp_path_factory.mktemp("hooks-api")) as settings:
-        yield settings
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
-    return make_tls(tmp_path_factory.mktemp("tls"))
-
-
 @pytest.fixture
-async def receiver(tls: Tls) -> AsyncIterator[WebhookReceiver]:
-    receiver = WebhookReceiver(tls)
-    await receiver.start()
-    yield receiver
-    await receiver.stop()
-
-
-@pytest.fixture
-async def client(hooks_settings: Settings, tls: Tls, make_app: AppFactory) -> AsyncIterator[Client]:
+def client(webhook_client: Client) -> Client:
     """Loopback receivers allowed (the test's), its certificate authority trusted."""
-    settings = replace(
-        hooks_settings,
-        webhook_allow_private=True,
-        webhook_ca_file=tls.ca_file,
-        webhook_retry_base_seconds=0.05,
-        webhook_max_attempts=2,
-    )
-    async with AsyncTestClient(app=make_app(settings)) as test_client:
-        yield test_client
+    return webhook_client
 
 
 @pytest.fixture
-async def strict(hooks_settings: Settings, make_app: AppFactory) -> AsyncIterator[Client]:
+def strict(webhook_strict: Client) -> Client:
     """The production default: public HTTPS receivers only."""
-    async with AsyncTestClient(app=make_app(hooks_settings)) as test_client:
-        yield test_client
+    return webhook_strict
+
+
+@pytest.fixture
+def receiver(webhook_receiver: WebhookReceiver) -> WebhookReceiver:
+    return webhook_receiver
 
 
 async def owner_project(client: Client) -> tuple[str, dict[str, str], str]:
