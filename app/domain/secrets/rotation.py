@@ -59,7 +59,7 @@ class EncryptedColumn:
     aad_of: Callable[[RowMapping], bytes]
     """Associated data from the row's ``id`` (and ``project_id`` where it has one)."""
     label: str | None = None
-    """How the report names it when the table has a second encrypted column."""
+    """How the report names it when its table has another encrypted column too."""
 
     @property
     def name(self) -> str:
@@ -110,7 +110,7 @@ ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
         _table(ProjectWebhook),
         "previous_secret_encrypted",
         lambda r: webhook_previous_aad(r["project_id"], r["id"]),
-        label="project_webhooks (previous secrets)",
+        label="project_webhooks.previous",
     ),
 )
 """Every encrypted column in the database. A new one must be added here."""
@@ -332,11 +332,11 @@ def render_report(report: RotationReport, kids: Sequence[str]) -> list[str]:
     dry = "; dry run, nothing written" if report.dry_run else ""
     lines = [
         f"vault rotate: newest key {report.newest_kid!r} (configured: {', '.join(kids)}){dry}",
-        f"{'table':<18}{verb:>14}{'current':>10}{'failed':>9}",
+        f"{'table':<26}{verb:>14}{'current':>10}{'failed':>9}",
     ]
     for t in report.tables:
         gone = f"  ({t.gone} deleted meanwhile)" if t.gone else ""
-        lines.append(f"{t.table:<18}{t.rotated:>14}{t.current:>10}{t.failed:>9}{gone}")
+        lines.append(f"{t.table:<26}{t.rotated:>14}{t.current:>10}{t.failed:>9}{gone}")
     for failure in report.failures:
         lines.append(f"failed: {failure.describe()}")
     if report.failures:
