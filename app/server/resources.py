@@ -249,7 +249,13 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     )
     usage = UsageWiring(settings, engine=engine, redis=redis, registry=metrics.registry)
     # Before quotas: the alert emitter hands each threshold alert to these sinks.
-    webhooks = WebhooksWiring(settings, db_config=db_config, vault=vault, instance_id=instance_id)
+    webhooks = WebhooksWiring(
+        settings,
+        db_config=db_config,
+        vault=vault,
+        instance_id=instance_id,
+        registry=metrics.registry,
+    )
     alert_sinks: list[AlertSink] = [webhooks.dispatcher]
     quotas = QuotasWiring(
         db_config=db_config, state_store=state_store, bus=bus, registry=metrics.registry

@@ -297,3 +297,6 @@ async def test_a_threshold_alert_reaches_the_projects_webhook_through_the_apps_s
         return [d["status"] for d in log.json()["items"]] == ["delivered"]
 
     await eventually(delivered, within=10.0)
+    scraped = (await client.get("/metrics")).text
+    assert 'arona_webhook_attempts_total{result="delivered"} 1.0' in scraped
+    assert "arona_webhook_alerts_queued 0.0" in scraped

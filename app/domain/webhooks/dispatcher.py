@@ -30,7 +30,7 @@ import contextlib
 import datetime
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from uuid import UUID
@@ -122,6 +122,8 @@ class WebhookDispatcher:
         self._log_budget = RepeatBudget(interval=60.0)
         self.dropped_alerts = 0
         """Alerts refused because the queue was full (a long database outage)."""
+        self.results: Counter[str] = Counter()
+        """Attempts made, by result: delivered, retry, failed (``metrics.py``)."""
 
     @property
     def lease(self) -> datetime.timedelta:
@@ -215,6 +217,9 @@ class WebhookDispatcher:
             return SAFETY_NET_SECONDS  # an attempt that ends wakes the loop
         now = self._clock()
         claimed = await self._store.claim_due(now, now + self.lease, room)
+        if self._stopping:  # ``stop`` ran meanwhile: these are the next process's
+            await self._store.release([row.id for row in claimed], self._clock())
+            return SAFETY_NET_SECONDS
         for row in claimed:
             self._spawn(row)
         if len(claimed) == room:
@@ -246,7 +251,9 @@ class WebhookDispatcher:
                 return  # the webhook was deleted, and its deliveries with it
             result = await self._send(claimed, target)
             now = self._clock()
-            if not await self._store.record(claimed, self._outcome(claimed, result, now), now):
+            outcome = self._outcome(claimed, result, now)
+            self.results["retry" if outcome.status == PENDING else outcome.status] += 1
+            if not await self._store.record(claimed, outcome, now):
                 logger.info("webhook attempt outlived its lease", delivery_id=str(claimed.id))
         except asyncio.CancelledError:
             raise

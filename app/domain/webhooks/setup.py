@@ -23,10 +23,12 @@ from uuid import UUID
 
 import structlog
 from aiohttp.abc import AbstractResolver
+from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.domain.secrets.aad import webhook_previous_aad, webhook_secret_aad
 from app.domain.webhooks.dispatcher import RetrySchedule, SecretsFor, WebhookDispatcher
+from app.domain.webhooks.metrics import WebhookMetrics
 from app.domain.webhooks.sender import WebhookSender
 from app.domain.webhooks.store import DeliveryStore, Target
 from app.lib.http import build_guarded_http_client
@@ -97,9 +99,11 @@ def build_webhooks(
     ssl_context: ssl.SSLContext | None = None,
     resolver_factory: Callable[[], AbstractResolver] | None = None,
     max_in_flight: int = 8,
+    registry: CollectorRegistry | None = None,
 ) -> Webhooks:
     """``ssl_context`` replaces the trust (default: ``trust(settings)``);
-    ``resolver_factory`` the system resolver under the guard (tests)."""
+    ``resolver_factory`` the system resolver under the guard (tests); ``registry``
+    gets the delivery figures (``metrics.py``)."""
     policy = ssrf_policy(settings)
     timeout = settings.webhook_timeout_seconds
     http = build_guarded_http_client(
@@ -118,4 +122,6 @@ def build_webhooks(
         origin=origin,
         max_in_flight=max_in_flight,
     )
+    if registry is not None:
+        registry.register(WebhookMetrics(dispatcher))
     return Webhooks(dispatcher=dispatcher, guard=UrlGuard(policy), allow_http=policy.allow_private)

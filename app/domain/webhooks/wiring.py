@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from aiohttp.abc import AbstractResolver
+from prometheus_client import CollectorRegistry
 
 from app.domain.webhooks.deps import webhooks_dependencies
 from app.domain.webhooks.dispatcher import PRUNE_SECONDS, WebhookDispatcher
@@ -28,6 +29,7 @@ class WebhooksWiring(Component):
         db_config: SQLAlchemyAsyncConfig,
         vault: Vault,
         instance_id: str,
+        registry: CollectorRegistry | None = None,
         ssl_context: ssl.SSLContext | None = None,
         resolver_factory: Callable[[], AbstractResolver] | None = None,
     ) -> None:
@@ -38,6 +40,7 @@ class WebhooksWiring(Component):
             origin=instance_id,
             ssl_context=ssl_context,
             resolver_factory=resolver_factory,
+            registry=registry,
         )
 
     @property
