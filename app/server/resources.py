@@ -322,13 +322,13 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         failover,
         custom,
         overrides,
+        webhooks,  # before quotas, whose alerts it delivers: it stops after them
         quotas,
         prices,
         usage,
         web,
         agents,
         video,
-        webhooks,
     )
     # What an area provides by a name ``Resources`` has is the object that field holds:
     # taken from the area, not named a second time here.
