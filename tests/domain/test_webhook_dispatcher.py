@@ -9,33 +9,41 @@ within the test.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 import pytest
-from sqlalchemy import delete, event, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.db.config import install_sqlite_pragmas
-from app.db.models import Project, ProjectWebhook, User, WebhookDelivery
-from app.domain.quotas.alerts import BudgetAlert
-from app.domain.secrets.aad import webhook_secret_aad
+from app.db.models import ProjectWebhook, WebhookDelivery
 from app.domain.webhooks import signing
 from app.domain.webhooks.sender import AttemptResult
 from app.domain.webhooks.setup import Webhooks, build_webhooks
 from app.domain.webhooks.store import envelope
 from app.lib.clock import utcnow
 from app.lib.settings import Settings
-from app.lib.vault import Vault, mask
-from tests.lib.test_ssrf import TableResolver
+from app.lib.vault import Vault
 from tests.support.auth import fresh_database
+from tests.support.dns import TableResolver
 from tests.support.settings import base_settings, with_settings
-from tests.support.webhooks import Tls, WebhookReceiver, make_tls, verify_signature
+from tests.support.webhooks import (
+    Tls,
+    WebhookReceiver,
+    add_hook,
+    budget_alert,
+    make_tls,
+    new_project,
+    rows_of,
+    running,
+    settled,
+    statements,
+    verify_signature,
+)
 
 BASE = 0.1
 SETTINGS = base_settings(
@@ -75,65 +83,6 @@ async def receiver(tls: Tls) -> AsyncIterator[WebhookReceiver]:
 # ------------------------------------------------------------------ helpers
 
 
-async def new_project(engine: AsyncEngine) -> UUID:
-    tag = uuid.uuid4().hex[:10]
-    user_id, project_id = uuid.uuid4(), uuid.uuid4()
-    async with engine.begin() as conn:
-        await conn.execute(
-            insert(User).values(id=user_id, email=f"{tag}@example.com", password_hash="x")
-        )
-        await conn.execute(
-            insert(Project).values(id=project_id, name=tag, slug=tag, owner_id=user_id)
-        )
-    return project_id
-
-
-async def add_hook(
-    engine: AsyncEngine,
-    project_id: UUID,
-    url: str,
-    *,
-    events: tuple[str, ...] = ("budget.threshold",),
-    enabled: bool = True,
-) -> tuple[UUID, str]:
-    """A webhook row as the API writes it; (its id, its secret)."""
-    hook_id, secret = uuid.uuid4(), signing.new_secret()
-    now = utcnow()
-    async with engine.begin() as conn:
-        await conn.execute(
-            insert(ProjectWebhook).values(
-                id=hook_id,
-                project_id=project_id,
-                url=url,
-                description="",
-                enabled=enabled,
-                events=list(events),
-                secret_encrypted=VAULT.encrypt(secret, webhook_secret_aad(project_id, hook_id)),
-                secret_hint=mask(secret),
-                created_at=now,
-                updated_at=now,
-            )
-        )
-    return hook_id, secret
-
-
-def budget_alert(project_id: UUID, threshold: int = 80) -> BudgetAlert:
-    now = utcnow()
-    return BudgetAlert(
-        alert_id=f"{project_id}:cost:day:{uuid.uuid4().hex[:8]}:{threshold}",
-        project_id=project_id,
-        credential_id=None,
-        metric="cost",
-        window="day",
-        threshold=threshold,
-        used=800_000,
-        limit=1_000_000,
-        currency="USD",
-        resets_at=now + datetime.timedelta(hours=5),
-        at=now,
-    )
-
-
 def webhooks_for(
     engine: AsyncEngine,
     tls: Tls,
@@ -146,54 +95,6 @@ def webhooks_for(
     )
 
 
-@contextlib.asynccontextmanager
-async def running(*bundles: Webhooks) -> AsyncIterator[None]:
-    tasks = [asyncio.create_task(b.dispatcher.run()) for b in bundles]
-    try:
-        yield
-    finally:
-        for bundle, task in zip(bundles, tasks, strict=True):
-            await bundle.dispatcher.stop()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await bundle.dispatcher.aclose()
-
-
-async def rows_of(engine: AsyncEngine, hook_id: UUID | None = None) -> list[Any]:
-    query = select(WebhookDelivery).order_by(WebhookDelivery.created_at)
-    if hook_id is not None:
-        query = query.where(WebhookDelivery.webhook_id == hook_id)
-    async with engine.connect() as conn:
-        return list((await conn.execute(query)).all())
-
-
-async def settled(engine: AsyncEngine, count: int, within: float = 15.0) -> list[Any]:
-    """The rows once ``count`` of them are delivered or failed."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        rows = await rows_of(engine)
-        if sum(r.status != "pending" for r in rows) >= count:
-            return rows
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError([(r.status, r.attempts, r.last_error) for r in rows])
-        await asyncio.sleep(0.02)
-
-
-@contextlib.contextmanager
-def statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(*args: Any) -> None:
-        seen.append(str(args[2]))
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
-
-
 # ------------------------------------------------------------------ delivery
 
 
@@ -201,9 +102,9 @@ async def test_an_alert_is_queued_in_memory_then_delivered_signed(
     engine: AsyncEngine, tls: Tls, receiver: WebhookReceiver
 ) -> None:
     project_id = await new_project(engine)
-    hook_id, secret = await add_hook(engine, project_id, receiver.url())
-    await add_hook(engine, project_id, receiver.url(path="/off"), enabled=False)
-    await add_hook(engine, project_id, receiver.url(path="/none"), events=())
+    hook_id, secret = await add_hook(engine, VAULT, project_id, receiver.url())
+    await add_hook(engine, VAULT, project_id, receiver.url(path="/off"), enabled=False)
+    await add_hook(engine, VAULT, project_id, receiver.url(path="/none"), events=())
     alert = budget_alert(project_id)
     hooks = webhooks_for(engine, tls)
 
@@ -250,7 +151,7 @@ async def test_a_failing_receiver_is_retried_with_backoff_until_it_answers(
     engine: AsyncEngine, tls: Tls, receiver: WebhookReceiver
 ) -> None:
     project_id = await new_project(engine)
-    _, secret = await add_hook(engine, project_id, receiver.url())
+    _, secret = await add_hook(engine, VAULT, project_id, receiver.url())
     receiver.answer(500, 500)
     hooks = webhooks_for(engine, tls)
     await hooks.dispatcher.alert(budget_alert(project_id))
@@ -276,7 +177,7 @@ async def test_a_delivery_fails_after_the_last_attempt_and_can_be_retried_by_han
     engine: AsyncEngine, tls: Tls, receiver: WebhookReceiver
 ) -> None:
     project_id = await new_project(engine)
-    await add_hook(engine, project_id, receiver.url())
+    await add_hook(engine, VAULT, project_id, receiver.url())
     receiver.default = 503
     hooks = webhooks_for(engine, tls)
     await hooks.dispatcher.alert(budget_alert(project_id))
@@ -303,7 +204,7 @@ async def test_a_name_that_resolves_to_loopback_is_refused_at_connection(
     strict = with_settings(SETTINGS, webhook_allow_private=False)
     dns = TableResolver({"rebind.test": ["127.0.0.1"]})
     project_id = await new_project(engine)
-    await add_hook(engine, project_id, receiver.url(host="rebind.test"))
+    await add_hook(engine, VAULT, project_id, receiver.url(host="rebind.test"))
     hooks = webhooks_for(engine, tls, settings=strict, resolver_factory=lambda: dns)
     await hooks.dispatcher.alert(budget_alert(project_id))
     async with running(hooks):
@@ -319,7 +220,7 @@ async def test_a_redirect_is_never_followed(
     engine: AsyncEngine, tls: Tls, receiver: WebhookReceiver
 ) -> None:
     project_id = await new_project(engine)
-    await add_hook(engine, project_id, receiver.url())
+    await add_hook(engine, VAULT, project_id, receiver.url())
     receiver.default = 302
     hooks = webhooks_for(engine, tls)
     await hooks.dispatcher.alert(budget_alert(project_id))
@@ -339,7 +240,7 @@ async def test_pending_rows_of_a_previous_process_are_delivered_after_a_restart(
     engine: AsyncEngine, tls: Tls, receiver: WebhookReceiver
 ) -> None:
     project_id = await new_project(engine)
-    hook_id, _ = await add_hook(engine, project_id, receiver.url())
+    hook_id, _ = await add_hook(engine, VAULT, project_id, receiver.url())
     # A process that stopped with an alert queued writes it (and attempts nothing)...
     before = webhooks_for(engine, tls, origin="old-process")
     await before.dispatcher.alert(budget_alert(project_id))
@@ -382,7 +283,7 @@ async def test_two_replicas_on_one_database_deliver_each_row_once(
     engine: AsyncEngine, tls: Tls, receiver: WebhookReceiver
 ) -> None:
     project_id = await new_project(engine)
-    hook_ids = [(await add_hook(engine, project_id, receiver.url()))[0] for _ in range(3)]
+    hook_ids = [(await add_hook(engine, VAULT, project_id, receiver.url()))[0] for _ in range(3)]
     a = webhooks_for(engine, tls, origin="replica-a")
     b = webhooks_for(engine, tls, origin="replica-b")
     # Written by nobody's worker yet: both replicas find them due at once.
@@ -406,7 +307,7 @@ async def test_an_idle_dispatcher_does_not_poll(
     engine: AsyncEngine, tls: Tls, receiver: WebhookReceiver
 ) -> None:
     project_id = await new_project(engine)
-    await add_hook(engine, project_id, receiver.url())
+    await add_hook(engine, VAULT, project_id, receiver.url())
     hooks = webhooks_for(engine, tls)
     async with running(hooks):
         await asyncio.sleep(0.2)  # its first look: nothing pending
@@ -426,7 +327,7 @@ async def test_the_dispatcher_works_on_sqlite(
         install_sqlite_pragmas(engine)
         try:
             project_id = await new_project(engine)
-            _, secret = await add_hook(engine, project_id, receiver.url())
+            _, secret = await add_hook(engine, VAULT, project_id, receiver.url())
             receiver.answer(500)
             hooks = webhooks_for(engine, tls)
             await hooks.dispatcher.alert(budget_alert(project_id))
@@ -448,7 +349,7 @@ async def test_a_lost_lease_does_not_overwrite_the_new_holder(
     engine: AsyncEngine, tls: Tls, receiver: WebhookReceiver
 ) -> None:
     project_id = await new_project(engine)
-    await add_hook(engine, project_id, receiver.url())
+    await add_hook(engine, VAULT, project_id, receiver.url())
     hooks = webhooks_for(engine, tls)
     await hooks.dispatcher.alert(budget_alert(project_id))
     await hooks.dispatcher.stop()  # writes the row, attempts nothing

@@ -1,5 +1,6 @@
-"""A real HTTPS webhook receiver for the tests, its certificates, and the receiver-side
-signature check exactly as docs/projects-api.md tells integrators to write it.
+"""A real HTTPS webhook receiver for the tests, its certificates, the receiver-side
+signature check exactly as docs/projects-api.md tells integrators to write it, and
+the rows and alerts the dispatcher tests start from.
 
 ``make_tls`` generates a throwaway certificate authority and a server certificate it
 signs (for ``localhost``, ``127.0.0.1`` and a few test names) at fixture time, with
@@ -11,6 +12,7 @@ operator with a private PKI would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -18,10 +20,13 @@ import ipaddress
 import ssl
 import threading
 import time
+import uuid
 from collections import deque
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import msgspec
 from aiohttp import web
@@ -29,6 +34,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from sqlalchemy import event, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.models import Project, ProjectWebhook, User, WebhookDelivery
+from app.domain.quotas.alerts import BudgetAlert
+from app.domain.secrets.aad import webhook_secret_aad
+from app.domain.webhooks import signing
+from app.domain.webhooks.setup import Webhooks
+from app.lib.clock import utcnow
+from app.lib.vault import Vault, mask
 
 TEST_NAMES = ("localhost", "hooks.test", "rebind.test")
 
@@ -223,3 +238,114 @@ def verify_signature(secret: str, header: str, body: bytes, tolerance: int = 300
     signed = timestamps[0].encode() + b"." + body
     expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
     return any(hmac.compare_digest(expected, candidate) for candidate in signatures)
+
+
+# ------------------------------------------------------------------ rows and alerts
+
+
+async def new_project(engine: AsyncEngine) -> UUID:
+    tag = uuid.uuid4().hex[:10]
+    user_id, project_id = uuid.uuid4(), uuid.uuid4()
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(User).values(id=user_id, email=f"{tag}@example.com", password_hash="x")
+        )
+        await conn.execute(
+            insert(Project).values(id=project_id, name=tag, slug=tag, owner_id=user_id)
+        )
+    return project_id
+
+
+async def add_hook(
+    engine: AsyncEngine,
+    vault: Vault,
+    project_id: UUID,
+    url: str,
+    *,
+    events: tuple[str, ...] = ("budget.threshold",),
+    enabled: bool = True,
+) -> tuple[UUID, str]:
+    """A webhook row as the API writes it; (its id, its secret)."""
+    hook_id, secret = uuid.uuid4(), signing.new_secret()
+    now = utcnow()
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(ProjectWebhook).values(
+                id=hook_id,
+                project_id=project_id,
+                url=url,
+                description="",
+                enabled=enabled,
+                events=list(events),
+                secret_encrypted=vault.encrypt(secret, webhook_secret_aad(project_id, hook_id)),
+                secret_hint=mask(secret),
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    return hook_id, secret
+
+
+def budget_alert(project_id: UUID, threshold: int = 80) -> BudgetAlert:
+    now = utcnow()
+    return BudgetAlert(
+        alert_id=f"{project_id}:cost:day:{uuid.uuid4().hex[:8]}:{threshold}",
+        project_id=project_id,
+        credential_id=None,
+        metric="cost",
+        window="day",
+        threshold=threshold,
+        used=800_000,
+        limit=1_000_000,
+        currency="USD",
+        resets_at=now + datetime.timedelta(hours=5),
+        at=now,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(*bundles: Webhooks) -> AsyncIterator[None]:
+    tasks = [asyncio.create_task(b.dispatcher.run()) for b in bundles]
+    try:
+        yield
+    finally:
+        for bundle, task in zip(bundles, tasks, strict=True):
+            await bundle.dispatcher.stop()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await bundle.dispatcher.aclose()
+
+
+async def rows_of(engine: AsyncEngine, hook_id: UUID | None = None) -> list[Any]:
+    query = select(WebhookDelivery).order_by(WebhookDelivery.created_at)
+    if hook_id is not None:
+        query = query.where(WebhookDelivery.webhook_id == hook_id)
+    async with engine.connect() as conn:
+        return list((await conn.execute(query)).all())
+
+
+async def settled(engine: AsyncEngine, count: int, within: float = 15.0) -> list[Any]:
+    """The rows once ``count`` of them are delivered or failed."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        rows = await rows_of(engine)
+        if sum(r.status != "pending" for r in rows) >= count:
+            return rows
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError([(r.status, r.attempts, r.last_error) for r in rows])
+        await asyncio.sleep(0.02)
+
+
+@contextlib.contextmanager
+def statements(engine: AsyncEngine) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(*args: Any) -> None:
+        seen.append(str(args[2]))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
