@@ -11,6 +11,7 @@ httpx's request/response machinery cost as much CPU as the engine underneath it.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +113,7 @@ class UpstreamHttp:
         "_keepalive_timeout",
         "_max_connections",
         "_session",
+        "_ssl",
         "limits",
         "timeout",
         "trimmer",
@@ -125,6 +127,7 @@ class UpstreamHttp:
         max_connections: int = MAX_CONNECTIONS,
         keepalive_timeout: float = KEEPALIVE_EXPIRY_SECONDS,
         limits: UpstreamLimits | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.limits = limits or UpstreamLimits()
         """The read bounds every adapter using this pool applies."""
@@ -139,6 +142,8 @@ class UpstreamHttp:
         """The session's default timeouts (no overall one: streams may run for long)."""
         self._max_connections = max_connections
         self._keepalive_timeout = keepalive_timeout
+        # None: the default verification against the system's trust store.
+        self._ssl: ssl.SSLContext | bool = True if ssl_context is None else ssl_context
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
 
@@ -157,7 +162,7 @@ class UpstreamHttp:
             limit=self._max_connections,
             limit_per_host=0,
             keepalive_timeout=self._keepalive_timeout,
-            ssl=True,  # default certificate verification
+            ssl=self._ssl,
             **self._connector_options(),
         )
         return aiohttp.ClientSession(
@@ -242,14 +247,19 @@ def build_guarded_http_client(
     read_timeout: float = READ_TIMEOUT_SECONDS,
     resolver_factory: Callable[[], AbstractResolver] | None = None,
     limits: UpstreamLimits | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> GuardedUpstreamHttp:
-    """The pool for upstreams chosen by project owners (custom LLMs), separate from the
-    platform's own: ``policy`` decides which addresses it may connect to;
-    ``resolver_factory`` replaces the system resolver underneath the guard (tests)."""
+    """The pool for upstreams chosen by project owners (custom LLMs, webhooks), separate
+    from the platform's own: ``policy`` decides which addresses it may connect to;
+    ``resolver_factory`` replaces the system resolver underneath the guard (tests);
+    ``ssl_context`` replaces the default certificate verification (extra CAs)."""
     return GuardedUpstreamHttp(
         policy,
         resolver_factory=resolver_factory,
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         limits=limits,
+        max_connections=max_connections,
+        ssl_context=ssl_context,
     )

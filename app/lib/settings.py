@@ -149,6 +149,20 @@ class Settings:
     """First wait between two polls of a video task (it backs off from there)."""
     video_lease_seconds: float = 30.0
     """How long a replica holds a video job it polls; another takes it over after."""
+    webhook_allow_private: bool = False
+    """Let project webhooks reach loopback, private, link-local and reserved addresses,
+    and use plain ``http://`` (tests and demos with local receivers); cloud metadata
+    addresses stay refused."""
+    webhook_timeout_seconds: float = 10.0
+    """One webhook delivery attempt, connect to last byte of the answer's excerpt."""
+    webhook_max_attempts: int = 5
+    """Attempts of a threshold event before its delivery is marked failed."""
+    webhook_retry_base_seconds: float = 45.0
+    """Wait before the second attempt; each later wait is 4 times the previous one
+    (45 s, 3 min, 12 min, 48 min: five attempts over about an hour), +/- 20 % jitter."""
+    webhook_ca_file: Path | None = None
+    """A PEM bundle of extra certificate authorities webhook receivers may be signed
+    by (a private PKI), trusted besides the system's store."""
 
     @property
     def is_sqlite(self) -> bool:
@@ -336,6 +350,11 @@ _ENV: tuple[tuple[str, str, _Parse], ...] = (
     ("ARONA_VIDEO_TIMEOUT_SECONDS", "video_timeout_seconds", _parse_positive_float),
     ("ARONA_VIDEO_POLL_SECONDS", "video_poll_seconds", _parse_positive_float),
     ("ARONA_VIDEO_LEASE_SECONDS", "video_lease_seconds", _parse_positive_float),
+    ("ARONA_WEBHOOK_ALLOW_PRIVATE", "webhook_allow_private", _parse_bool),
+    ("ARONA_WEBHOOK_TIMEOUT_SECONDS", "webhook_timeout_seconds", _parse_positive_float),
+    ("ARONA_WEBHOOK_MAX_ATTEMPTS", "webhook_max_attempts", _int(1, 20)),
+    ("ARONA_WEBHOOK_RETRY_BASE_SECONDS", "webhook_retry_base_seconds", _parse_positive_float),
+    ("ARONA_WEBHOOK_CA_FILE", "webhook_ca_file", _path),
 )
 """(variable, field, parser) of every setting read from the environment, in the order
 they are checked (the first malformed one is the error reported)."""

@@ -47,6 +47,7 @@ from app.domain.runtime.controllers import RuntimeController
 from app.domain.secrets.controllers import ProjectSecretController
 from app.domain.usage.controllers import AdminUsageController, ProjectUsageController
 from app.domain.video.controllers import VideoGenerationController, VideoPriceAdminController
+from app.domain.webhooks.controllers import WebhookController
 from app.lib.components import provided
 from app.lib.logging import configure_logging
 from app.lib.passwords import PasswordHasher
@@ -139,6 +140,7 @@ def create_app(
             GatewayController,
             VideoGenerationController,
             VideoPriceAdminController,
+            WebhookController,
             *_gateway_routes(resources),
             *_rpc_routes(resources),
             ConsoleAuthPages,

@@ -56,6 +56,7 @@ from app.domain.profiles.sync import ProfileSync
 from app.domain.profiles.wiring import ProfilesWiring
 from app.domain.projects.deps import projects_dependencies
 from app.domain.projects.memberships import ProjectMemberships, db_membership_loader
+from app.domain.quotas.alerts import AlertSink
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.limits import QuotaSync
 from app.domain.quotas.wiring import QuotasWiring
@@ -71,6 +72,8 @@ from app.domain.video.prices import VideoPrices
 from app.domain.video.wiring import VideoWiring
 from app.domain.web.sessions import WebSessions
 from app.domain.web.wiring import WebWiring
+from app.domain.webhooks.dispatcher import WebhookDispatcher
+from app.domain.webhooks.wiring import WebhooksWiring
 from app.lib.components import Component, Provides
 from app.lib.events.base import EventBus
 from app.lib.events.memory import MemoryEventBus
@@ -160,6 +163,10 @@ class Resources:
     video_prices: VideoPrices
     budget_alert_log: AlertHistory
     """The newest budget threshold alerts (``app.domain.dashboard.budget_alerts``)."""
+    webhook_dispatcher: WebhookDispatcher
+    """Delivers threshold alerts to project webhooks (``app.domain.webhooks``)."""
+    alert_sinks: list[AlertSink]
+    """This replica's local receivers of the alerts it emits (``webhook_dispatcher``)."""
     instance_id: str
     """This process among the replicas (probe rounds, shared verdicts)."""
     metrics: HttpMetrics = field(default_factory=HttpMetrics)
@@ -246,6 +253,15 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         instance_id=instance_id,
     )
     usage = UsageWiring(settings, engine=engine, redis=redis, registry=metrics.registry)
+    # Before quotas: the alert emitter hands each threshold alert to these sinks.
+    webhooks = WebhooksWiring(
+        settings,
+        db_config=db_config,
+        vault=vault,
+        instance_id=instance_id,
+        registry=metrics.registry,
+    )
+    alert_sinks: list[AlertSink] = [webhooks.dispatcher]
     quotas = QuotasWiring(
         db_config=db_config,
         state_store=state_store,
@@ -253,6 +269,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         registry=metrics.registry,
         instance_id=instance_id,
         hold_seconds=settings.quota_hold_seconds,
+        alert_sinks=alert_sinks,
     )
     profiles = ProfilesWiring(db_config=db_config, bus=bus)
     prices = PricesWiring(db_config=db_config, bus=bus)
@@ -319,6 +336,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         failover,
         custom,
         overrides,
+        webhooks,  # before quotas, whose alerts it delivers: it stops after them
         quotas,
         prices,
         usage,
@@ -357,6 +375,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         gateway=GatewayService(routing.routing, usage.writer, admission, prices.book),
         runtime_chat=runtime_chat,
         video_poller=video.poller,
+        alert_sinks=alert_sinks,
     )
     resources.components = (
         CoreWiring(resources),

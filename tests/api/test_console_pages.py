@@ -43,6 +43,7 @@ TABS = (
     "keys",
     "models",
     "conversations",
+    "webhooks",
 )
 CSRF = re.compile(r'"X-CSRF-Token": "([^"]+)"')
 SECRET_VALUE = "sv-" + "q" * 20 + "tail"

@@ -28,12 +28,14 @@ from sqlalchemy import select, update
 
 from app.cli import main
 from app.db.config import build_db_config
-from app.db.models import BackendConfig, CustomLlm, OverrideKey, ProjectSecret
+from app.db.models import BackendConfig, CustomLlm, OverrideKey, ProjectSecret, ProjectWebhook
 from app.domain.secrets.aad import (
     backend_config_aad,
     custom_llm_aad,
     override_key_aad,
     secret_aad,
+    webhook_previous_aad,
+    webhook_secret_aad,
 )
 from app.domain.secrets.rotation import RotationReport, render_report, rotate_vault
 from app.domain.secrets.services import SecretResolver
@@ -103,7 +105,8 @@ class Seeded:
 
 
 async def seed(http: Any, settings: Settings, upstream_url: str) -> Seeded:
-    """Under [k1]: a backend key, secrets, a custom LLM key and an override key."""
+    """Under [k1]: a backend key, secrets, a custom LLM key, an override key and a
+    webhook's current and previous signing secrets."""
     vault_k1 = Vault([K1])
     name = f"rot-{uuid.uuid4().hex[:8]}"
     response = await http.post(
@@ -134,6 +137,22 @@ async def seed(http: Any, settings: Settings, upstream_url: str) -> Seeded:
         sid = UUID(created["id"])
         seeded.secrets[created["id"]] = value
         seeded.values[("project_secrets", sid)] = (value, secret_aad(pid, sid))
+    # A webhook whose secret was rotated: both its secrets are sealed (a public literal
+    # address needs no DNS at write time and is never called here).
+    hooks = f"/api/projects/{tenant.project_id}/webhooks"
+    hook = await http.post(hooks, json={"url": "https://1.1.1.1/arona"}, headers=tenant.owner)
+    assert hook.status_code == 201, hook.text
+    hook_id = UUID(hook.json()["id"])
+    rotated = await http.post(f"{hooks}/{hook_id}/rotate-secret", headers=tenant.owner)
+    assert rotated.status_code == 200, rotated.text
+    seeded.values[("project_webhooks", hook_id)] = (
+        rotated.json()["secret"],
+        webhook_secret_aad(pid, hook_id),
+    )
+    seeded.values[("project_webhooks.previous", hook_id)] = (
+        hook.json()["secret"],
+        webhook_previous_aad(pid, hook_id),
+    )
     async with engine_for(settings) as engine:
         async with engine.connect() as conn:
             backend_id = await conn.scalar(
@@ -166,6 +185,8 @@ _COLUMNS: dict[str, Any] = {
     "project_secrets": (ProjectSecret, ProjectSecret.value_encrypted),
     "custom_llms": (CustomLlm, CustomLlm.api_key_encrypted),
     "override_keys": (OverrideKey, OverrideKey.key_encrypted),
+    "project_webhooks": (ProjectWebhook, ProjectWebhook.secret_encrypted),
+    "project_webhooks.previous": (ProjectWebhook, ProjectWebhook.previous_secret_encrypted),
 }
 
 
@@ -239,6 +260,8 @@ async def test_rotation_moves_every_column_to_the_newest_key(
             "project_secrets": (3, 0, 0),
             "custom_llms": (1, 0, 0),
             "override_keys": (1, 0, 0),
+            "project_webhooks": (1, 0, 0),
+            "project_webhooks.previous": (1, 0, 0),
         }
         after = await stored(fresh)
         assert_all_on(after, seeded.values, Vault([K2]), "k2")
@@ -254,6 +277,8 @@ async def test_rotation_moves_every_column_to_the_newest_key(
             "project_secrets": (0, 3, 0),
             "custom_llms": (0, 1, 0),
             "override_keys": (0, 1, 0),
+            "project_webhooks": (0, 1, 0),
+            "project_webhooks.previous": (0, 1, 0),
         }
         assert await stored(fresh) == after
 
@@ -481,6 +506,8 @@ async def test_cli_on_an_empty_database_and_without_keys(fresh: Settings) -> Non
     assert result.returncode == 0, result.output
     for table in ("backend_configs", "project_secrets", "custom_llms", "override_keys"):
         assert_line(result.output, table, 0, 0, 0)
+    assert_line(result.output, "project_webhooks", 0, 0, 0)
+    assert_line(result.output, "project_webhooks.previous", 0, 0, 0)
     assert "newest key 'k2' (configured: k2, k1)" in result.output
     bad = await run_cli(fresh, "")
     assert bad.returncode != 0

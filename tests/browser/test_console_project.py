@@ -23,6 +23,7 @@ TAB_LABELS = (
     "Keys",
     "Models",
     "Conversations",
+    "Webhooks",
 )
 
 

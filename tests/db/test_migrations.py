@@ -21,7 +21,15 @@ from app.db.migrate import (
     head_revision,
     upgrade,
 )
-from app.db.models import ApiKey, BackendConfig, ModelProfile, Project, User
+from app.db.models import (
+    ApiKey,
+    BackendConfig,
+    ModelProfile,
+    Project,
+    ProjectWebhook,
+    User,
+    WebhookDelivery,
+)
 from tests.support.settings import base_settings, create_database, drop_database, pg_url
 
 
@@ -219,3 +227,81 @@ async def test_postgres_key_governance_migration_downgrades_and_upgrades_again()
 
 async def test_sqlite_key_governance_migration_downgrades_and_upgrades_again(tmp_path: Path):
     await _round_trip_0010(f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}", compare_type=False)
+
+
+async def _webhook_tables(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as connection:
+        names = await connection.run_sync(lambda c: set(inspect(c).get_table_names()))
+    return names & {"project_webhooks", "webhook_deliveries"}
+
+
+async def _round_trip_0012(url: str, compare_type: bool) -> None:
+    """0012 adds two tables; its downgrade drops them (and their rows) and leaves the
+    projects they hung from."""
+    settings = base_settings(database_url=url)
+    await asyncio.to_thread(upgrade, settings, "0011")
+    engine = create_async_engine(url)
+    try:
+        assert await _webhook_tables(engine) == set()
+        await asyncio.to_thread(upgrade, settings, "0012")
+        assert await current_revision(engine) == "0012"
+        assert await _webhook_tables(engine) == {"project_webhooks", "webhook_deliveries"}
+        async with async_sessionmaker(engine)() as session:
+            user = User(email="a@b.c", password_hash="x")
+            session.add(user)
+            await session.flush()
+            project = Project(name="p", slug="p", owner_id=user.id)
+            session.add(project)
+            await session.flush()
+            hook = ProjectWebhook(
+                project_id=project.id,
+                url="https://hooks.example.com/arona",
+                events=["budget.threshold"],
+                secret_encrypted="v1:k1:x",
+                secret_hint="••••abcd",
+            )
+            session.add(hook)
+            await session.flush()
+            session.add(
+                WebhookDelivery(
+                    webhook_id=hook.id,
+                    event="budget.threshold",
+                    alert_id="a-1",
+                    payload={"type": "budget.threshold"},
+                    status="pending",
+                )
+            )
+            await session.commit()
+        async with engine.connect() as connection:
+            due = await connection.execute(
+                text("SELECT status, attempts, attempt_log FROM webhook_deliveries")
+            )
+            assert [(s, a) for s, a, _ in due.all()] == [("pending", 0)]
+
+        await asyncio.to_thread(alembic_commands(settings).downgrade, "0011")
+        assert await current_revision(engine) == "0011"
+        assert await _webhook_tables(engine) == set()
+        async with engine.connect() as connection:
+            assert (await connection.execute(text("SELECT slug FROM project"))).all() == [("p",)]
+
+        await asyncio.to_thread(upgrade, settings, "0012")
+        async with engine.connect() as connection:
+            rows = await connection.execute(text("SELECT count(*) FROM project_webhooks"))
+            assert rows.scalar_one() == 0
+    finally:
+        await engine.dispose()
+    await asyncio.to_thread(upgrade, settings)
+    assert await _autogenerate_diff(url, compare_type) == []
+
+
+async def test_postgres_webhooks_migration_downgrades_and_upgrades_again():
+    name = f"arona_mig_{uuid.uuid4().hex[:10]}"
+    await create_database(name)
+    try:
+        await _round_trip_0012(pg_url(name), compare_type=True)
+    finally:
+        await drop_database(name)
+
+
+async def test_sqlite_webhooks_migration_downgrades_and_upgrades_again(tmp_path: Path):
+    await _round_trip_0012(f"sqlite+aiosqlite:///{tmp_path / 'hooks.db'}", compare_type=False)

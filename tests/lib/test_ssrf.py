@@ -14,7 +14,7 @@ from ipaddress import ip_address
 
 import aiohttp
 import pytest
-from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.abc import AbstractResolver
 
 from app.fakes.asgi_io import Receive, Scope, Send
 from app.fakes.openai_upstream import FakeOpenAI
@@ -33,6 +33,7 @@ from app.lib.ssrf import (
     guarded_socket_factory,
     refusal_of,
 )
+from tests.support.dns import TableResolver
 
 STRICT = SsrfPolicy()
 PUBLIC = "93.184.215.14"
@@ -210,35 +211,6 @@ async def test_allow_private_accepts_loopback_without_resolving() -> None:
 
 
 # ---------------------------------------------------------------- connection time
-
-
-class TableResolver(AbstractResolver):
-    """A DNS stand-in: names to addresses from a table a test can change."""
-
-    def __init__(self, table: dict[str, list[str]]) -> None:
-        self.table = table
-        self.lookups: list[str] = []
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        self.lookups.append(host)
-        if host not in self.table:
-            raise OSError(f"{host} not found")
-        return [
-            ResolveResult(
-                hostname=host,
-                host=address,
-                port=port,
-                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
-                proto=0,
-                flags=0,
-            )
-            for address in self.table[host]
-        ]
-
-    async def close(self) -> None:
-        return None
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ from app.db.models.routing import BackendConfig, ModelAlias
 from app.db.models.tenancy import CustomLlm, OverrideKey, ProjectQuota, ProjectSecret
 from app.db.models.usage import UsageRecord
 from app.db.models.video import VideoJob, VideoPrice
+from app.db.models.webhooks import ProjectWebhook, WebhookDelivery
 
 __all__ = [
     "AgentDeployment",
@@ -30,6 +31,7 @@ __all__ = [
     "ProjectProfileSettings",
     "ProjectQuota",
     "ProjectSecret",
+    "ProjectWebhook",
     "RefreshToken",
     "RuntimeToken",
     "TokenRevocation",
@@ -37,4 +39,5 @@ __all__ = [
     "User",
     "VideoJob",
     "VideoPrice",
+    "WebhookDelivery",
 ]

@@ -25,6 +25,7 @@ TABS = (
     ("keys", "Keys"),
     ("models", "Models"),
     ("conversations", "Conversations"),
+    ("webhooks", "Webhooks"),
 )
 
 

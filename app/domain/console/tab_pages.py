@@ -8,7 +8,8 @@ HTMX, the whole project page with the tab in it otherwise) with its writes besid
 - ``quota``: limits and current windows, the owner's limits, usage charts;
 - ``keys``: API keys and runtime tokens (a new one shown once);
 - ``models``: enabled profiles, the default, the runtime catalog;
-- ``conversations``: profile, priority and fallback pins.
+- ``conversations``: profile, priority and fallback pins;
+- ``webhooks``: threshold event receivers, their secrets and delivery log.
 
 Every handler checks access through ``ProjectService.access`` (another project is a
 404) and leaves the rules to the area's services; ``csrf_guard`` refuses writes
@@ -25,6 +26,7 @@ from app.domain.console.model_pages import ConversationsTab, ModelsTab
 from app.domain.console.overview_pages import OverviewTab
 from app.domain.console.quota_pages import QuotaTab
 from app.domain.console.secret_pages import OverridesTab, SecretsTab
+from app.domain.console.webhook_pages import WebhooksTab
 
 TAB_CONTROLLERS: tuple[type[Controller], ...] = (
     OverviewTab,
@@ -35,4 +37,5 @@ TAB_CONTROLLERS: tuple[type[Controller], ...] = (
     KeysTab,
     ModelsTab,
     ConversationsTab,
+    WebhooksTab,
 )

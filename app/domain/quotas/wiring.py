@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig
 from prometheus_client import CollectorRegistry
 
-from app.domain.quotas.alerts import BudgetAlerts
+from app.domain.quotas.alerts import AlertSink, BudgetAlerts
 from app.domain.quotas.deps import quotas_dependencies
 from app.domain.quotas.gate import DEFAULT_HOLD_TTL, QuotaGate
 from app.domain.quotas.limits import QuotaLimitsCache, QuotaSync, db_limits_loader
@@ -29,10 +29,11 @@ class QuotasWiring(Component):
         registry: CollectorRegistry,
         instance_id: str,
         hold_seconds: float = DEFAULT_HOLD_TTL,
+        alert_sinks: Sequence[AlertSink] = (),
     ) -> None:
         self.sync = QuotaSync(QuotaLimitsCache(db_limits_loader(db_config)), bus)
-        # Webhooks and other local receivers join ``alerts.sinks`` as they are built.
-        self.alerts = BudgetAlerts(state_store, bus, origin=instance_id)
+        # The local receivers (project webhooks) hear each alert this replica raises.
+        self.alerts = BudgetAlerts(state_store, bus, origin=instance_id, sinks=alert_sinks)
         self.gate = QuotaGate(
             state_store,
             self.sync.cache,

@@ -16,6 +16,11 @@ custom_llms                ("custom_llm", project_id, id)         ``custom_llm_a
   .api_key_encrypted
 override_keys              ("override_key", project_id, id)       ``override_key_aad``
   .key_encrypted
+project_webhooks           ("project_webhook", project_id, id)    ``webhook_secret_aad``
+  .secret_encrypted
+project_webhooks           ("project_webhook_previous",           ``webhook_previous_aad``
+  .previous_secret_        project_id, id)
+  encrypted
 =========================  =====================================  =================
 
 The row id must exist before the value is sealed: create it with ``uuid4()`` in
@@ -32,6 +37,10 @@ from app.lib.vault import aad
 SECRET_KIND = "project_secret"  # noqa: S105 (a label, not a password)
 CUSTOM_LLM_KIND = "custom_llm"
 OVERRIDE_KEY_KIND = "override_key"
+WEBHOOK_KIND = "project_webhook"
+# The previous secret has its own kind: moved into the current column (or back) it
+# must not open.
+WEBHOOK_PREVIOUS_KIND = "project_webhook_previous"
 
 
 def backend_config_aad(row_id: UUID) -> bytes:
@@ -52,3 +61,13 @@ def custom_llm_aad(project_id: UUID, row_id: UUID) -> bytes:
 def override_key_aad(project_id: UUID, row_id: UUID) -> bytes:
     """``override_keys.key_encrypted``."""
     return aad(OVERRIDE_KEY_KIND, project_id, row_id)
+
+
+def webhook_secret_aad(project_id: UUID, row_id: UUID) -> bytes:
+    """``project_webhooks.secret_encrypted`` (the signing secret)."""
+    return aad(WEBHOOK_KIND, project_id, row_id)
+
+
+def webhook_previous_aad(project_id: UUID, row_id: UUID) -> bytes:
+    """``project_webhooks.previous_secret_encrypted`` (still signing after a rotation)."""
+    return aad(WEBHOOK_PREVIOUS_KIND, project_id, row_id)

@@ -32,12 +32,14 @@ from uuid import UUID
 from sqlalchemy import Column, RowMapping, Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db.models import BackendConfig, CustomLlm, OverrideKey, ProjectSecret
+from app.db.models import BackendConfig, CustomLlm, OverrideKey, ProjectSecret, ProjectWebhook
 from app.domain.secrets.aad import (
     backend_config_aad,
     custom_llm_aad,
     override_key_aad,
     secret_aad,
+    webhook_previous_aad,
+    webhook_secret_aad,
 )
 from app.lib.vault import Vault, VaultDecryptError, VaultError, VaultKeyMissingError
 
@@ -56,10 +58,12 @@ class EncryptedColumn:
     column: str
     aad_of: Callable[[RowMapping], bytes]
     """Associated data from the row's ``id`` (and ``project_id`` where it has one)."""
+    label: str | None = None
+    """How the report names it when its table has another encrypted column too."""
 
     @property
     def name(self) -> str:
-        return self.table.name
+        return self.label or self.table.name
 
     @property
     def col(self) -> Column[str]:
@@ -96,6 +100,17 @@ ENCRYPTED_COLUMNS: tuple[EncryptedColumn, ...] = (
         _table(OverrideKey),
         "key_encrypted",
         lambda r: override_key_aad(r["project_id"], r["id"]),
+    ),
+    EncryptedColumn(
+        _table(ProjectWebhook),
+        "secret_encrypted",
+        lambda r: webhook_secret_aad(r["project_id"], r["id"]),
+    ),
+    EncryptedColumn(
+        _table(ProjectWebhook),
+        "previous_secret_encrypted",
+        lambda r: webhook_previous_aad(r["project_id"], r["id"]),
+        label="project_webhooks.previous",
     ),
 )
 """Every encrypted column in the database. A new one must be added here."""
@@ -317,11 +332,11 @@ def render_report(report: RotationReport, kids: Sequence[str]) -> list[str]:
     dry = "; dry run, nothing written" if report.dry_run else ""
     lines = [
         f"vault rotate: newest key {report.newest_kid!r} (configured: {', '.join(kids)}){dry}",
-        f"{'table':<18}{verb:>14}{'current':>10}{'failed':>9}",
+        f"{'table':<26}{verb:>14}{'current':>10}{'failed':>9}",
     ]
     for t in report.tables:
         gone = f"  ({t.gone} deleted meanwhile)" if t.gone else ""
-        lines.append(f"{t.table:<18}{t.rotated:>14}{t.current:>10}{t.failed:>9}{gone}")
+        lines.append(f"{t.table:<26}{t.rotated:>14}{t.current:>10}{t.failed:>9}{gone}")
     for failure in report.failures:
         lines.append(f"failed: {failure.describe()}")
     if report.failures:

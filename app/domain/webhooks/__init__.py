@@ -1,0 +1,1 @@
+"""Project webhooks: threshold events delivered to a project's HTTPS receivers."""
