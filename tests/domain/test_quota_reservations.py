@@ -81,7 +81,6 @@ async def code_of(gate: QuotaGate, project_id: UUID, **kwargs: object) -> str:
 
 
 async def used(gate: QuotaGate, limits: Limits, project_id: UUID) -> dict[str, int | None]:
-    await gate.drain()  # settles are sent in batches a moment after the call
     counted = await gate.usage_by_metric(project_id, limits.by_project[project_id])
     return {f"{metric}/{window}": use.used for (metric, window), use in counted.items()}
 

@@ -104,9 +104,6 @@ DEFAULT_HOLD_TTL = 120.0
 """Seconds a call's reservation lives unless extended: how soon a killed replica's
 in-flight units come back (a live call extends its hold every half of it)."""
 
-DEFAULT_SETTLE_DELAY = 0.005
-"""Seconds settles are gathered before one store call sends them all."""
-
 Clock = Callable[[], float]
 
 
@@ -141,7 +138,6 @@ class QuotaGate:
         log_interval: float = DEFAULT_LOG_INTERVAL,
         hold_ttl: float = DEFAULT_HOLD_TTL,
         alerts: BudgetAlerts | None = None,
-        settle_delay: float = DEFAULT_SETTLE_DELAY,
     ) -> None:
         """``clock`` is wall-clock epoch seconds (tests pass a fake one to cross
         windows); ``registry`` gets the gate's Prometheus counters when given;
@@ -181,7 +177,7 @@ class QuotaGate:
                 True: failures.labels("fail_closed"),
             }
         self.hold_failures = HoldFailures(settle_metric, log_interval)
-        self._settles = SettleBatch(store, self.hold_failures, delay=settle_delay)
+        self._settles = SettleBatch(store, self.hold_failures)
 
     async def check(
         self, project_id: UUID, key: KeyLimits | None = None, *, project_quota: bool = True
@@ -268,7 +264,7 @@ class QuotaGate:
         )
 
     async def drain(self) -> None:
-        """Send the settles queued now and wait for them (tests; shutdown)."""
+        """Send the settles queued now and wait for them (shutdown)."""
         await self._settles.drain()
 
     def _request_plan(

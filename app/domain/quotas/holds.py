@@ -59,30 +59,30 @@ class HoldFailures:
 
 
 class SettleBatch:
-    """Settles the holds of calls that end close together in one store call.
+    """Settles the holds of calls that end in the same event-loop turn in one store
+    call (``settle_many``): each settle still waits for its batch's answer, so a
+    settled call is settled (a client's next call sees what this one used), but at
+    concurrency the store is called once per turn rather than once per call, and
+    most of a settle's arguments (the windows every call of a project shares) are
+    named once per batch. A settle whose hold was gone is counted late
+    (``Hold.count_late``)."""
 
-    A settle is queued and the call goes on (its answer never waits for it); the
-    queue is sent ``delay`` seconds after its first entry, as one ``settle_many``.
-    Until then the hold keeps the call's estimate, which only errs on the careful
-    side when the estimate was higher, and delays an overage by ``delay``. At any
-    concurrency this takes a store round trip off every call, and most of a
-    settle's arguments (the windows every call of a project shares) are named once
-    per batch. A settle whose hold was gone is counted late (``Hold.count_late``).
-    """
+    __slots__ = ("_failures", "_pending", "_store", "_tasks")
 
-    __slots__ = ("_delay", "_failures", "_pending", "_store", "_tasks")
-
-    def __init__(self, store: StateStore, failures: HoldFailures, *, delay: float) -> None:
+    def __init__(self, store: StateStore, failures: HoldFailures) -> None:
         self._store = store
         self._failures = failures
-        self._delay = delay
-        self._pending: list[tuple[Hold, dict[str, int]]] = []
+        self._pending: list[tuple[Hold, dict[str, int], asyncio.Future[None]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def submit(self, hold: Hold, actuals: dict[str, int]) -> None:
+    async def settle(self, hold: Hold, actuals: dict[str, int]) -> None:
+        """Once the batch this settle joined was sent; never raises."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
         if not self._pending:
-            asyncio.get_running_loop().call_later(self._delay, self._flush)
-        self._pending.append((hold, actuals))
+            loop.call_soon(self._flush)
+        self._pending.append((hold, actuals, done))
+        await asyncio.shield(done)
 
     def _flush(self) -> None:
         batch, self._pending = self._pending, []
@@ -92,18 +92,21 @@ class SettleBatch:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, batch: list[tuple[Hold, dict[str, int]]]) -> None:
+    async def _send(self, batch: list[tuple[Hold, dict[str, int], asyncio.Future[None]]]) -> None:
         try:
-            results = await self._store.settle_many([(h.hold_id, a) for h, a in batch])
-            for (hold, actuals), settled in zip(batch, results, strict=True):
+            results = await self._store.settle_many([(h.hold_id, a) for h, a, _ in batch])
+            for (hold, actuals, _), settled in zip(batch, results, strict=True):
                 if not settled:
                     await hold.count_late(actuals)
         except Exception as exc:
             self._failures.failed("could not settle a batch of quota holds", exc)
+        finally:
+            for _, _, done in batch:
+                if not done.done():
+                    done.set_result(None)
 
     async def drain(self) -> None:
-        """Send what is queued now and wait for every batch under way (tests, and
-        shutdown: a stopping replica settles its last calls)."""
+        """Send what is queued and wait for every batch under way (shutdown)."""
         self._flush()
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -174,8 +177,8 @@ class Hold:
         return {w.key: values[w.metric] for w in self.windows if w.metric != "requests"}
 
     async def settle(self, tokens: int, cost_micros: int) -> None:
-        """Turn the hold into what the call used (queued on the gate's batch, when it
-        has one, and sent a moment later); never raises."""
+        """Turn the hold into what the call used (with the other calls that end in
+        this event-loop turn, when the gate batches); never raises."""
         if self.settled:
             return
         self.settled = True
@@ -183,7 +186,7 @@ class Hold:
             self._beat.cancel()
         actuals = self.actuals(tokens, cost_micros)
         if self._batch is not None:
-            self._batch.submit(self, actuals)
+            await self._batch.settle(self, actuals)
             return
         try:
             if not await self._store.settle(self.hold_id, actuals):
