@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 import httpx
@@ -108,12 +108,14 @@ def start_arona(
     fake: FakeUpstream,
     run_dir: Path,
     *,
-    limits: bool = False,
+    limits: Literal["none", "quota", "all"] = "none",
 ) -> System:
-    """Arona on its own database; ``limits``: with every spend control on (prices,
-    project token limits and budgets, the key's rpm, tpm and budget), all far above
-    what a run sends, so each call pays for a reservation and its settle."""
-    key = "arona-limits" if limits else "arona"
+    """Arona on its own database. ``limits``: ``quota``, the limits Arona had before
+    Step 13 (request quotas, the key's rpm); ``all``, every spend control too (prices,
+    project token limits and budgets, the key's tpm and budget). All far above what a
+    run sends, so each call pays for its admission (and, with ``all``, a reservation
+    and its settle) and none is refused."""
+    key = {"none": "arona", "quota": "arona-quota", "all": "arona-limits"}[limits]
     port = free_port()
     env = deployment.environment(port)
     deployment.create_database()
@@ -140,7 +142,7 @@ def start_arona(
             },
         )
         _wait_healthy(client, admin)
-        api_key = _create_api_key(client, admin if limits else None)
+        api_key = _create_api_key(client, admin, limits)
     return System(key, url, api_key, child.pid, f"arona {__version__}", startup, child)
 
 
@@ -172,27 +174,28 @@ BIG_TOKENS = 10**12
 BIG_BUDGET = "100000000"
 
 
-def _limit_everything(client: httpx.Client, admin: dict[str, str], project_id: str) -> None:
-    for model in (CHAT_MODEL, EMBED_MODEL):
-        price = {"model": model, "input": "0.15", "output": "0.6", "embedding": "0.02"}
-        _call(client, "POST", "/api/admin/prices", headers=admin, json=price)
-    _call(
-        client,
-        "PUT",
-        f"/api/admin/projects/{project_id}/quota",
-        headers=admin,
-        json={
-            "perMinute": 10**9,
-            "perDay": 10**9,
-            "tokensPerMinute": BIG_TOKENS,
-            "tokensPerDay": BIG_TOKENS,
-            "budgetPerDay": BIG_BUDGET,
-            "budgetPerMonth": BIG_BUDGET,
-        },
-    )
+def _limit(
+    client: httpx.Client, admin: dict[str, str], project_id: str, limits: str
+) -> dict[str, Any]:
+    """Sets the project's limits; the key's own limits to create it with."""
+    quota: dict[str, Any] = {"perMinute": 10**9, "perDay": 10**9}
+    key: dict[str, Any] = {"rpm": 1_000_000}
+    if limits == "all":
+        for model in (CHAT_MODEL, EMBED_MODEL):
+            price = {"model": model, "input": "0.15", "output": "0.6", "embedding": "0.02"}
+            _call(client, "POST", "/api/admin/prices", headers=admin, json=price)
+        quota.update(
+            tokensPerMinute=BIG_TOKENS,
+            tokensPerDay=BIG_TOKENS,
+            budgetPerDay=BIG_BUDGET,
+            budgetPerMonth=BIG_BUDGET,
+        )
+        key.update(tpm=2_000_000_000, budget=BIG_BUDGET)
+    _call(client, "PUT", f"/api/admin/projects/{project_id}/quota", headers=admin, json=quota)
+    return key
 
 
-def _create_api_key(client: httpx.Client, admin: dict[str, str] | None = None) -> str:
+def _create_api_key(client: httpx.Client, admin: dict[str, str], limits: str) -> str:
     email = f"bench-{secrets.token_hex(4)}@bench.arona.local"
     password = secrets.token_urlsafe(16)
     _call(client, "POST", "/api/auth/register", json={"email": email, "password": password})
@@ -202,9 +205,8 @@ def _create_api_key(client: httpx.Client, admin: dict[str, str] | None = None) -
         client, "POST", "/api/projects", headers=user, json={"name": "Bench", "slug": "bench"}
     )
     body: dict[str, Any] = {"name": "bench"}
-    if admin is not None:
-        _limit_everything(client, admin, project["id"])
-        body.update(rpm=1_000_000, tpm=2_000_000_000, budget=BIG_BUDGET)
+    if limits != "none":
+        body.update(_limit(client, admin, project["id"], limits))
     created = _call(
         client, "POST", f"/api/projects/{project['id']}/api-keys", headers=user, json=body
     )

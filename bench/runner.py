@@ -117,9 +117,11 @@ def run(options: Options) -> int:
     supervisor = Supervisor()
     deployment = AronaDeployment(run_id)
     limited = AronaDeployment(f"{run_id}_limits")
+    quota = AronaDeployment(f"{run_id}_quota")
     # Backstops for an exit that skips the finally below (they are no-ops after it).
     atexit.register(deployment.close)
     atexit.register(limited.close)
+    atexit.register(quota.close)
     atexit.register(supervisor.stop_all)
     scenarios = [s for s in SCENARIOS if s.key in options.scenarios]
     results = Results()
@@ -146,9 +148,12 @@ def run(options: Options) -> int:
         if "arona" in options.systems:
             say("Arona: creating the database, migrating, starting, registering the fake...")
             systems.append(start_arona(supervisor, deployment, fake, run_dir))
+        if "arona-quota" in options.systems:
+            say("Arona + request quota: the limits Arona had before Step 13 (requests, key rpm)...")
+            systems.append(start_arona(supervisor, quota, fake, run_dir, limits="quota"))
         if "arona-limits" in options.systems:
             say("Arona + limits: a second Arona with budgets, token limits and key limits on...")
-            systems.append(start_arona(supervisor, limited, fake, run_dir, limits=True))
+            systems.append(start_arona(supervisor, limited, fake, run_dir, limits="all"))
         litellm, litellm_info = _litellm(supervisor, install, fake, run_dir)
         if litellm is not None:
             systems.append(litellm)
@@ -190,7 +195,7 @@ def run(options: Options) -> int:
     finally:
         say("stopping every process the benchmark started...")
         supervisor.stop_all()
-        for problem in [*deployment.close(), *limited.close()]:
+        for problem in [*deployment.close(), *limited.close(), *quota.close()]:
             say(f"cleanup: {problem}")
         if not failed:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -19,10 +19,11 @@ STREAM_CHUNKS = 20
 FAKE_KEY = "sk-fake"
 """The fake checks no key; LiteLLM insists on sending one."""
 
-SYSTEM_ORDER = ("direct", "arona", "arona-limits", "litellm")
+SYSTEM_ORDER = ("direct", "arona", "arona-quota", "arona-limits", "litellm")
 LABELS = {
     "direct": "direct",
     "arona": "Arona",
+    "arona-quota": "Arona + request quota",
     "arona-limits": "Arona + limits",
     "litellm": "LiteLLM",
 }

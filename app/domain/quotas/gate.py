@@ -75,6 +75,7 @@ from app.domain.quotas.windows import (
     WINDOWS,
     Buckets,
     KeyLimits,
+    PlanCache,
     PlannedWindow,
     plan_key_windows,
     plan_usage_windows,
@@ -178,6 +179,7 @@ class QuotaGate:
             }
         self.hold_failures = HoldFailures(settle_metric, log_interval)
         self._settles = SettleBatch(store, self.hold_failures)
+        self._plans = PlanCache()
 
     async def check(
         self, project_id: UUID, key: KeyLimits | None = None, *, project_quota: bool = True
@@ -190,9 +192,14 @@ class QuotaGate:
         checks only that (a custom LLM or override-key call is outside the project's
         quota but not outside its key's rate)."""
         limits = await self.limits.get(project_id)
+        if (not project_quota or limits.unlimited) and (key is None or key.rpm is None):
+            return
         now = self._clock()
-        buckets = Buckets.at(now)
-        plan = self._request_plan(project_id, limits, key, buckets, project_quota)
+        plan = self._plans.plan(
+            (project_id, limits, key, project_quota, "requests"),
+            now,
+            lambda buckets: self._request_plan(project_id, limits, key, buckets, project_quota),
+        )
         if not plan:
             return
         try:
@@ -228,14 +235,13 @@ class QuotaGate:
             await self.check(project_id, key, project_quota=project_quota)
             return None
         now = self._clock()
-        buckets = Buckets.at(now)
-        plan = self._request_plan(project_id, limits, key, buckets, project_quota)
-        if counts_project:
-            plan += plan_usage_windows(project_id, limits, buckets)
-        if key is not None:
-            plan += tuple(
-                w for w in plan_key_windows(project_id, key, buckets) if w.metric != "requests"
-            )
+        plan = self._plans.plan(
+            (project_id, limits, key, project_quota),
+            now,
+            lambda buckets: self._reserve_plan(
+                project_id, limits, key, buckets, counts_project, project_quota
+            ),
+        )
         wanted = await estimate()
         amounts = [_amount(w.metric, wanted) for w in plan]
         hold_id = f"{project_base(project_id)}:h:{uuid.uuid4().hex}"
@@ -262,6 +268,24 @@ class QuotaGate:
             failures=self.hold_failures,
             batch=self._settles,
         )
+
+    def _reserve_plan(
+        self,
+        project_id: UUID,
+        limits: QuotaLimits,
+        key: KeyLimits | None,
+        buckets: Buckets,
+        counts_project: bool,
+        project_quota: bool,
+    ) -> tuple[PlannedWindow, ...]:
+        plan = self._request_plan(project_id, limits, key, buckets, project_quota)
+        if counts_project:
+            plan += plan_usage_windows(project_id, limits, buckets)
+        if key is not None:
+            plan += tuple(
+                w for w in plan_key_windows(project_id, key, buckets) if w.metric != "requests"
+            )
+        return plan
 
     async def drain(self) -> None:
         """Send the settles queued now and wait for them (shutdown)."""

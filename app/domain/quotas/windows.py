@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -192,3 +193,37 @@ def plan_key_windows(
         period = key.budget_period
         planned.append(buckets.window(base, period, key.budget_micros, "cost", cid))
     return tuple(planned)
+
+
+MAX_CACHED_PLANS = 10_000
+
+
+class PlanCache:
+    """The windows of a (project, limits, key, scope) for the current minute: a call's
+    plan is the same as the previous call's of the same caller until the minute (and
+    so possibly the day or month) turns, so it is built once a minute, not per call.
+    Keys carry the limits themselves, so a changed limit is a new entry."""
+
+    __slots__ = ("_buckets", "_minute", "_plans")
+
+    def __init__(self) -> None:
+        self._minute = -1
+        self._buckets: Buckets | None = None
+        self._plans: dict[Hashable, tuple[PlannedWindow, ...]] = {}
+
+    def plan(
+        self,
+        key: Hashable,
+        now: float,
+        build: Callable[[Buckets], tuple[PlannedWindow, ...]],
+    ) -> tuple[PlannedWindow, ...]:
+        minute = math.floor(now / 60)
+        if minute != self._minute or self._buckets is None:
+            self._minute, self._buckets = minute, Buckets.at(now)
+            self._plans.clear()
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= MAX_CACHED_PLANS:
+                self._plans.clear()
+            plan = self._plans[key] = build(self._buckets)
+        return plan
