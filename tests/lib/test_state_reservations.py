@@ -12,7 +12,7 @@ from app.lib.state.base import (
     UnknownHoldWindowError,
     WindowLimit,
 )
-from tests.support.state_harness import Clocked
+from tests.support.state_harness import Clocked, Harness
 
 # Expiry tests wait HOLD_WAIT on Redis (the server's clock); HOLD leaves a loaded
 # machine time to make its "still held" checks before the hold runs out.
@@ -279,3 +279,38 @@ async def test_a_window_that_ends_takes_its_holds_along(clocked: Clocked) -> Non
     d = await store.reserve([ReserveWindow("short", None, LONG, 1)], "c", LONG)
     assert d.windows[0].current == 1
     assert (await store.window_total("short")).held == 1
+
+
+async def test_settle_many_settles_each_hold_as_settle_would(harness: Harness) -> None:
+    store, elsewhere = harness.state(), harness.state()  # two replicas on one store
+
+    def windows() -> list[ReserveWindow]:
+        return [
+            ReserveWindow("{p}:req", None, LONG, 1),
+            ReserveWindow("{p}:tok", 10_000, LONG, 500),
+        ]
+
+    for hold in ("{p}:a", "{p}:b", "{p}:gone"):
+        assert (await store.reserve(windows(), hold, LONG)).allowed
+    assert (await elsewhere.reserve(windows(), "{p}:far", LONG)).allowed
+    assert (await store.reserve([ReserveWindow("{q}:tok", None, LONG, 70)], "{q}:c", LONG)).allowed
+    assert await store.release("{p}:gone")
+    results = await store.settle_many(
+        [
+            ("{p}:a", {"{p}:tok": 100}),
+            ("{p}:b", {}),  # keeps its reserved units
+            ("{p}:gone", {"{p}:tok": 1}),
+            ("{p}:far", {"{p}:tok": 30}),  # reserved by the other replica
+            ("{q}:c", {"{q}:tok": 7}),  # another hash tag
+            ("{p}:never", {}),
+        ]
+    )
+    assert results == [True, True, False, True, True, False]
+    assert (await store.window_total("{p}:tok")).total == 100 + 500 + 30
+    assert (await store.window_total("{p}:tok")).held == 0
+    assert (await store.window_total("{p}:req")).total == 3
+    assert (await store.window_total("{q}:tok")).total == 7
+    assert await store.settle_many([("{p}:a", {})]) == [False]  # settled once
+    with pytest.raises(ValueError, match="at least 0"):
+        await store.settle_many([("{p}:x", {"{p}:tok": -1})])
+    assert await store.settle_many([]) == []
