@@ -38,14 +38,19 @@ CALLS = 300
 MINUTE_LEFT = 40.0
 
 
-async def test_a_keys_rpm_admits_exactly_its_limit_over_three_replicas(
-    cluster: Cluster, tenant: Tenant, upstream: tuple[FakeOpenAI, str]
-) -> None:
+async def serving(cluster: Cluster, upstream: tuple[FakeOpenAI, str]) -> tuple[FakeOpenAI, str]:
+    """The fake registered as a backend, healthy on every replica; its model."""
     fake, url = upstream
-    model = fake.control.models[0]
     name = unique("backend")
     await register_backend(cluster.a, name, url)
     await wait_healthy_everywhere(cluster, name)
+    return fake, fake.control.models[0]
+
+
+async def test_a_keys_rpm_admits_exactly_its_limit_over_three_replicas(
+    cluster: Cluster, tenant: Tenant, upstream: tuple[FakeOpenAI, str]
+) -> None:
+    fake, model = await serving(cluster, upstream)
     response = await cluster.a.post(
         f"/api/projects/{tenant.project_id}/api-keys",
         json={"name": "limited", "rpm": RPM},
@@ -102,11 +107,7 @@ BUDGET_CALLS = 100
 async def test_a_project_budget_admits_exactly_its_calls_over_three_replicas(
     cluster: Cluster, tenant: Tenant, upstream: tuple[FakeOpenAI, str]
 ) -> None:
-    fake, url = upstream
-    model = fake.control.models[0]
-    name = unique("backend")
-    await register_backend(cluster.a, name, url)
-    await wait_healthy_everywhere(cluster, name)
+    fake, model = await serving(cluster, upstream)
     priced = await cluster.a.post(
         "/api/admin/prices",
         json={"model": model, "input": "0", "output": OUTPUT_PRICE},

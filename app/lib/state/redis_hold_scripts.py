@@ -33,6 +33,19 @@ local function purge(expiries, amounts, now)
   redis.call('ZREMRANGEBYSCORE', expiries, '-inf', '(' .. now)
   return sum_amounts(amounts, ids, true)
 end
+-- One window's side of a settle: the hold's units there become ``actual`` ('' keeps
+-- them), unless the window ended meanwhile, and the hold leaves the window.
+local function settle_window(counter, expiries, amounts, hold_id, actual)
+  local reserved = tonumber(redis.call('HGET', amounts, hold_id) or '0')
+  if actual ~= '' and redis.call('EXISTS', counter) == 1 then
+    local delta = tonumber(actual) - reserved
+    if delta ~= 0 then
+      redis.call('INCRBY', counter, delta)
+    end
+  end
+  redis.call('ZREM', expiries, hold_id)
+  redis.call('HDEL', amounts, hold_id)
+end
 -- Settle and extend share one reading of a hold (KEYS: its record, then per window:
 -- counter, expiries, amounts). Returns 0 (unknown or expired: nothing to do) or -1
 -- (the record names other windows: the id was reused since the caller read it), or
@@ -194,16 +207,7 @@ if next(present) == nil then
 end
 for i = 1, n do
   if present[i] then
-    local counter, expiries, amounts = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
-    local reserved = tonumber(redis.call('HGET', amounts, hold_id) or '0')
-    if ARGV[i + 1] ~= '' and redis.call('EXISTS', counter) == 1 then
-      local delta = tonumber(ARGV[i + 1]) - reserved
-      if delta ~= 0 then
-        redis.call('INCRBY', counter, delta)
-      end
-    end
-    redis.call('ZREM', expiries, hold_id)
-    redis.call('HDEL', amounts, hold_id)
+    settle_window(KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1], hold_id, ARGV[i + 1])
   end
 end
 return 1
@@ -309,17 +313,8 @@ for h = 1, holds do
     for j = 1, #firsts do
       if present[j] then
         result = 1
-        local counter = KEYS[firsts[j]]
-        local expiries, amounts = KEYS[firsts[j] + 1], KEYS[firsts[j] + 2]
-        local reserved = tonumber(redis.call('HGET', amounts, hold_id) or '0')
-        if actuals[j] ~= '' and redis.call('EXISTS', counter) == 1 then
-          local delta = tonumber(actuals[j]) - reserved
-          if delta ~= 0 then
-            redis.call('INCRBY', counter, delta)
-          end
-        end
-        redis.call('ZREM', expiries, hold_id)
-        redis.call('HDEL', amounts, hold_id)
+        local w = firsts[j]
+        settle_window(KEYS[w], KEYS[w + 1], KEYS[w + 2], hold_id, actuals[j])
       end
     end
   end
