@@ -91,7 +91,7 @@ async def backend(client: Client | httpx.AsyncClient, name: str) -> Any:
     return await client.get(f"/api/admin/backends/{name}", headers=ADMIN)
 
 
-async def wait_healthy(client: Client | httpx.AsyncClient, name: str, within: float = 10.0) -> Any:
+async def wait_healthy(client: Client | httpx.AsyncClient, name: str, within: float = 30.0) -> Any:
     """Poll until the backend's health is ``healthy``; returns its last body."""
     last: dict[str, Any] = {}
 
