@@ -77,7 +77,8 @@ from app.domain.quotas.windows import (
     KeyLimits,
     PlanCache,
     PlannedWindow,
-    plan_key_windows,
+    plan_call,
+    plan_requests,
     plan_usage_windows,
     plan_windows,
     project_base,
@@ -198,7 +199,7 @@ class QuotaGate:
         plan = self._plans.plan(
             (project_id, limits, key, project_quota, "requests"),
             now,
-            lambda buckets: self._request_plan(project_id, limits, key, buckets, project_quota),
+            lambda buckets: plan_requests(project_id, limits, key, buckets, project_quota),
         )
         if not plan:
             return
@@ -238,8 +239,8 @@ class QuotaGate:
         plan = self._plans.plan(
             (project_id, limits, key, project_quota),
             now,
-            lambda buckets: self._reserve_plan(
-                project_id, limits, key, buckets, counts_project, project_quota
+            lambda buckets: plan_call(
+                project_id, limits, key, buckets, project_quota=project_quota
             ),
         )
         wanted = await estimate()
@@ -269,44 +270,9 @@ class QuotaGate:
             batch=self._settles,
         )
 
-    def _reserve_plan(
-        self,
-        project_id: UUID,
-        limits: QuotaLimits,
-        key: KeyLimits | None,
-        buckets: Buckets,
-        counts_project: bool,
-        project_quota: bool,
-    ) -> tuple[PlannedWindow, ...]:
-        plan = self._request_plan(project_id, limits, key, buckets, project_quota)
-        if counts_project:
-            plan += plan_usage_windows(project_id, limits, buckets)
-        if key is not None:
-            plan += tuple(
-                w for w in plan_key_windows(project_id, key, buckets) if w.metric != "requests"
-            )
-        return plan
-
     async def drain(self) -> None:
         """Send the settles queued now and wait for them (shutdown)."""
         await self._settles.drain()
-
-    def _request_plan(
-        self,
-        project_id: UUID,
-        limits: QuotaLimits,
-        key: KeyLimits | None,
-        buckets: Buckets,
-        project_quota: bool,
-    ) -> tuple[PlannedWindow, ...]:
-        plan: tuple[PlannedWindow, ...] = ()
-        if project_quota and not limits.unlimited:
-            plan = request_windows(project_id, limits, buckets)
-        if key is not None and key.rpm is not None:
-            plan += tuple(
-                w for w in plan_key_windows(project_id, key, buckets) if w.metric == "requests"
-            )
-        return plan
 
     async def usage(self, project_id: UUID, limits: QuotaLimits) -> dict[WindowName, WindowUsage]:
         """The request windows' counts now (minute, day, month); read only."""

@@ -195,6 +195,44 @@ def plan_key_windows(
     return tuple(planned)
 
 
+def plan_requests(
+    project_id: UUID,
+    limits: QuotaLimits,
+    key: KeyLimits | None,
+    buckets: Buckets,
+    project_quota: bool,
+) -> tuple[PlannedWindow, ...]:
+    """A call's request windows: the project's (when counted) and the key's ``rpm``."""
+    plan: tuple[PlannedWindow, ...] = ()
+    if project_quota and not limits.unlimited:
+        plan = request_windows(project_id, limits, buckets)
+    if key is not None and key.rpm is not None:
+        plan += tuple(
+            w for w in plan_key_windows(project_id, key, buckets) if w.metric == "requests"
+        )
+    return plan
+
+
+def plan_call(
+    project_id: UUID,
+    limits: QuotaLimits,
+    key: KeyLimits | None,
+    buckets: Buckets,
+    *,
+    project_quota: bool,
+) -> tuple[PlannedWindow, ...]:
+    """Every window a reserved call counts in: its request windows, then the
+    project's token and spend windows (when counted) and the key's."""
+    plan = plan_requests(project_id, limits, key, buckets, project_quota)
+    if project_quota and not limits.unlimited:
+        plan += plan_usage_windows(project_id, limits, buckets)
+    if key is not None:
+        plan += tuple(
+            w for w in plan_key_windows(project_id, key, buckets) if w.metric != "requests"
+        )
+    return plan
+
+
 MAX_CACHED_PLANS = 10_000
 
 
