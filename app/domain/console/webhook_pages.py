@@ -145,10 +145,7 @@ class WebhooksTab(TabPages, tab=_tab, key=KEY):
         webhooks: Webhooks,
     ) -> Template:
         tab.scope.require_project("send test events")
-        await webhooks_service.require(project_id, webhook_id)
-        await webhooks_service.end_read()
-        delivery_id = await webhooks.dispatcher.send_test(webhook_id, project_id)
-        row = await webhooks_service.require_delivery(project_id, delivery_id)
+        row = await webhooks_service.send_test(project_id, webhook_id, webhooks)
         if row.status == "delivered":
             return await tab.show(f"Test event delivered ({row.last_status_code}).")
         return await tab.scope.render(
@@ -173,9 +170,7 @@ class WebhooksTab(TabPages, tab=_tab, key=KEY):
         webhooks: Webhooks,
     ) -> Template:
         tab.scope.require_project("retry deliveries")
-        await webhooks_service.require_delivery(project_id, delivery_id)
-        await webhooks_service.end_read()
-        if not await webhooks.dispatcher.retry(delivery_id):
+        if not await webhooks_service.retry_delivery(project_id, delivery_id, webhooks):
             exc = ConflictError("only a failed delivery can be retried")
             return await tab.refuse(f"retry-{delivery_id}", exc)
         row = await webhooks_service.require_delivery(project_id, delivery_id)

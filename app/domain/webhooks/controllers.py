@@ -140,10 +140,7 @@ class WebhookController(ProjectApiController):
     ) -> DeliveryOut:
         _require_owner(access)
         project_id = access.project.id
-        await webhooks_service.require(project_id, webhook_id)
-        await webhooks_service.end_read()
-        delivery_id = await webhooks.dispatcher.send_test(webhook_id, project_id)
-        return delivery_out(await webhooks_service.require_delivery(project_id, delivery_id))
+        return delivery_out(await webhooks_service.send_test(project_id, webhook_id, webhooks))
 
     @get("/{webhook_id:uuid}/deliveries")
     async def list_deliveries(
@@ -182,9 +179,7 @@ class WebhookController(ProjectApiController):
     ) -> DeliveryOut:
         _require_owner(access)
         project_id = access.project.id
-        await webhooks_service.require_delivery(project_id, delivery_id, webhook_id)
-        await webhooks_service.end_read()
-        if not await webhooks.dispatcher.retry(delivery_id):
+        if not await webhooks_service.retry_delivery(project_id, delivery_id, webhooks, webhook_id):
             raise ConflictError(
                 "only a failed delivery can be retried (this one is pending or delivered)",
                 code="delivery_not_failed",

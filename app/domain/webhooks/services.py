@@ -243,6 +243,28 @@ class WebhookService(SQLAlchemyAsyncRepositoryService[ProjectWebhook]):
             raise delivery_not_found()
         return row
 
+    async def send_test(
+        self, project_id: UUID, webhook_id: UUID, webhooks: Webhooks
+    ) -> WebhookDelivery:
+        """One test attempt now (the read session ends first: the attempt may take
+        the whole timeout); the delivery row it left."""
+        await self.require(project_id, webhook_id)
+        await self.end_read()
+        delivery_id = await webhooks.dispatcher.send_test(webhook_id, project_id)
+        return await self.require_delivery(project_id, delivery_id)
+
+    async def retry_delivery(
+        self,
+        project_id: UUID,
+        delivery_id: UUID,
+        webhooks: Webhooks,
+        webhook_id: UUID | None = None,
+    ) -> bool:
+        """Attempt a failed delivery again now; False when it is not failed."""
+        await self.require_delivery(project_id, delivery_id, webhook_id)
+        await self.end_read()
+        return await webhooks.dispatcher.retry(delivery_id)
+
     async def end_read(self) -> None:
         """End the read transaction before a slow call (no pooled connection is held
         while a receiver answers)."""
