@@ -4,10 +4,8 @@ httpx clients carry a browser session cookie, as a browser would."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -22,6 +20,7 @@ from app.lib.settings import Settings
 from tests.support.helpers import PASSWORD, console_login, unique_email
 from tests.support.rpc import Replica, rpc_socket, serve, video_setup
 from tests.support.settings import AppFactory
+from tests.support.sse_frames import SseFrames
 from tests.support.video import (
     Minimax,
     create_job,
@@ -203,28 +202,6 @@ async def test_the_admin_cancel_needs_the_csrf_token_and_reaches_the_owner(
     await wait_status(live.http, headers, other["id"], ("cancelled",))
 
 
-class _Frames:
-    """SSE events off one streamed response."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self._chunks = response.aiter_text()
-        self._text = ""
-
-    async def until(self, name: str, containing: str = "", within: float = 20) -> str:
-        """The data of the next ``name`` event whose data contains ``containing``."""
-        deadline = time.monotonic() + within
-        while True:
-            while "\n\n" in self._text:
-                block, self._text = self._text.split("\n\n", 1)
-                lines = block.split("\n")
-                event = next((line[7:] for line in lines if line.startswith("event: ")), None)
-                data = "\n".join(line[6:] for line in lines if line.startswith("data: "))
-                if event == name and containing in data:
-                    return data
-            async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
-                self._text += await anext(self._chunks)
-
-
 async def test_the_stream_shows_new_jobs_and_their_progress_live(
     live: Replica, admin: Browser, minimax: Minimax
 ) -> None:
@@ -232,7 +209,7 @@ async def test_the_stream_shows_new_jobs_and_their_progress_live(
     async with admin.http.stream("GET", "/admin/stream/video") as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
-        frames = _Frames(response)
+        frames = SseFrames(response)
         await frames.until("video-jobs")  # the snapshot
         job = await create_job(live.http, setup.tenant.key, setup.model, "[slow:3] live")
         rows = await frames.until("video-jobs", f'id="video-job-{job["id"]}"')

@@ -15,7 +15,7 @@ class SseFrames:
         self._chunks = response.aiter_text()
         self._text = ""
 
-    async def until(self, name: str, containing: str = "", within: float = 10) -> str:
+    async def until(self, name: str, containing: str = "", within: float = 20) -> str:
         """The data of the next ``name`` event whose data contains ``containing``."""
         deadline = time.monotonic() + within
         while True:
