@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from app.lib.ports import free_port
@@ -15,13 +16,16 @@ START_TIMEOUT_SECONDS = 10.0
 
 
 class RedisInstance:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, extra_args: Sequence[str] = ()) -> None:
+        """``extra_args``: more ``redis-server`` options (a password, a Unix socket,
+        a TLS port); the plain port is always there, for the readiness check."""
         binary = shutil.which("redis-server")
         if binary is None:  # .ci/run installs it; a missing server is a failure, not a skip
             raise RuntimeError("redis-server is not installed")
         self._binary = binary
         self._workdir = workdir
         self.port = free_port()
+        self._extra_args = tuple(extra_args)
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -47,6 +51,7 @@ class RedisInstance:
                 "no",
                 "--dir",
                 str(self._workdir),
+                *self._extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -59,7 +64,7 @@ class RedisInstance:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                     sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
+                    if sock.recv(16).startswith((b"+PONG", b"-NOAUTH")):
                         return
             except OSError:
                 pass

@@ -29,6 +29,7 @@ from app.lib.state.base import (
     check_windows,
 )
 from app.lib.state.redis_holds import RedisHolds
+from app.lib.state.script_pipe import StoreScripts
 
 # KEYS[1]=counter; ARGV: amount, ttl_ms ("" for none). TTL only when this call creates the key.
 _INCR = """
@@ -153,10 +154,11 @@ class RedisStateStore:
         self._client = client
         self._prefix = prefix
         self._owns_client = owns_client
-        self._incr = client.register_script(_INCR)
-        self._admit = client.register_script(_ADMIT)
-        self._admit_windows = client.register_script(_ADMIT_WINDOWS)
-        self._holds = RedisHolds(client, prefix)
+        self._scripts = StoreScripts(client)
+        self._incr = self._scripts.register(_INCR)
+        self._admit = self._scripts.register(_ADMIT)
+        self._admit_windows = self._scripts.register(_ADMIT_WINDOWS)
+        self._holds = RedisHolds(client, prefix, self._scripts)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "arona:", **client_kwargs: Any) -> Self:
@@ -267,5 +269,6 @@ class RedisStateStore:
             return False
 
     async def close(self) -> None:
+        await self._scripts.close()
         if self._owns_client:
             await self._client.aclose()

@@ -29,7 +29,6 @@ from collections.abc import Set as AbstractSet
 from typing import cast
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 
 from app.lib.state import redis_hold_scripts as scripts
 from app.lib.state.base import (
@@ -43,6 +42,7 @@ from app.lib.state.base import (
     check_hold_id,
     check_reserve,
 )
+from app.lib.state.script_pipe import Script, StoreScripts
 
 Clock = Callable[[], float]
 
@@ -72,16 +72,18 @@ def _ms(seconds: float, name: str) -> int:
 class RedisHolds:
     """The reservation operations of one ``RedisStateStore`` (same client, prefix)."""
 
-    def __init__(self, client: Redis, prefix: str, *, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, client: Redis, prefix: str, registry: StoreScripts, *, clock: Clock = time.monotonic
+    ) -> None:
         self._client = client
         self._prefix = prefix
         self._clock = clock
         self._known: dict[str, tuple[float, tuple[str, ...]]] = {}
-        self._reserve = client.register_script(scripts.RESERVE)
-        self._settle = client.register_script(scripts.SETTLE)
-        self._settle_many = client.register_script(scripts.SETTLE_MANY)
-        self._extend = client.register_script(scripts.EXTEND)
-        self._total = client.register_script(scripts.TOTAL)
+        self._reserve = registry.register(scripts.RESERVE)
+        self._settle = registry.register(scripts.SETTLE)
+        self._settle_many = registry.register(scripts.SETTLE_MANY)
+        self._extend = registry.register(scripts.EXTEND)
+        self._total = registry.register(scripts.TOTAL)
 
     def _hold_key(self, hold_id: str) -> str:
         return f"{self._prefix}hold:{hold_id}"
@@ -97,10 +99,11 @@ class RedisHolds:
         hold_ms = _ms(hold_ttl, "hold_ttl")
         keys = [self._hold_key(hold_id)]
         specs: list[str] = []
-        for window in windows:
-            keys.append(self._prefix + window.key)
-            limit = -1 if window.limit is None else window.limit
-            specs.append(f"{limit},{_ms(window.ttl, 'ttl')},{window.amount}")
+        prefix = self._prefix
+        ceil = math.ceil
+        for key, limit, ttl, amount in windows:  # ttl > 0: check_reserve
+            keys.append(prefix + key)
+            specs.append(f"{-1 if limit is None else limit},{ceil(ttl * 1000)},{amount}")
         if not windows:
             # Nothing to hold; but a live id is still an error, as in memory.
             if await self._client.exists(keys[0]):
@@ -118,10 +121,10 @@ class RedisHolds:
                     window.key, fits == "1", int(current), window.limit, int(retry_ms) / 1000
                 )
             )
-        reply = (allowed == "1",)
-        if reply[0]:
-            self._remember(hold_id, hold_ttl, tuple(self._prefix + w.key for w in windows))
-        return MultiWindowDecision(reply[0], tuple(counts))
+        if allowed != "1":
+            return MultiWindowDecision(False, tuple(counts))
+        self._remember(hold_id, hold_ttl, tuple(keys[1:]))
+        return MultiWindowDecision(True, tuple(counts))
 
     def _remember(self, hold_id: str, hold_ttl: float, counters: tuple[str, ...]) -> None:
         now = self._clock()
@@ -220,7 +223,7 @@ class RedisHolds:
         hold_id: str,
         names: AbstractSet[str],
         known: Sequence[str] | None,
-        script: AsyncScript,
+        script: Script,
         args: Callable[[Sequence[str]], list[int | str]],
     ) -> tuple[bool, Sequence[str]]:
         """Run a hold script on the hold's windows: named from what this process
