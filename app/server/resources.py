@@ -86,6 +86,7 @@ from app.lib.state.base import StateStore
 from app.lib.state.fallback import FallbackStateStore
 from app.lib.state.memory import MemoryStateStore
 from app.lib.state.redis import RedisStateStore
+from app.lib.state.script_pipe import PipeMetrics, StoreScripts
 from app.lib.tokens import TokenService
 from app.lib.vault import Vault
 from app.routing.aliases import AliasTable
@@ -108,6 +109,8 @@ class Resources:
     state_store: StateStore
     event_bus: EventBus
     redis: Redis | None
+    redis_scripts: StoreScripts | None
+    """The pipelined script connection the state store and the usage stream share."""
     vault: Vault
     token_service: TokenService
     password_hasher: PasswordHasher
@@ -204,6 +207,8 @@ class CoreWiring(Component):
         await r.db_config.get_engine().dispose()
         await r.event_bus.close()
         await r.state_store.close()
+        if r.redis_scripts is not None:
+            await r.redis_scripts.close()
         if r.redis is not None:
             await r.redis.aclose()
         if r.owns_password_hasher:
@@ -218,14 +223,21 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     install_sqlite_pragmas(db_config.get_engine())
     engine = db_config.get_engine()
     redis: Redis | None = None
+    redis_scripts: StoreScripts | None = None
     metrics = HttpMetrics()
     state_store: StateStore
     event_bus: EventBus
     if settings.redis_url:
         redis = build_redis(settings.redis_url)
+        # One pipelined connection carries the hot scripts of the state store and of
+        # the usage stream, so a call's settle and its usage entry share one write.
+        redis_scripts = StoreScripts(redis)
+        if redis_scripts.pipe is not None:
+            metrics.registry.register(PipeMetrics(redis_scripts.pipe.stats))
         # Redis down: pins, verdicts and sessions go on per replica (see fallback.py).
         state_store = FallbackStateStore(
-            RedisStateStore(redis, prefix=settings.redis_prefix), registry=metrics.registry
+            RedisStateStore(redis, prefix=settings.redis_prefix, scripts=redis_scripts),
+            registry=metrics.registry,
         )
         event_bus = RedisEventBus(redis, prefix=f"{settings.redis_prefix}events:")
     else:
@@ -252,7 +264,9 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         http_client=http_client,
         instance_id=instance_id,
     )
-    usage = UsageWiring(settings, engine=engine, redis=redis, registry=metrics.registry)
+    usage = UsageWiring(
+        settings, engine=engine, redis=redis, registry=metrics.registry, scripts=redis_scripts
+    )
     # Before quotas: the alert emitter hands each threshold alert to these sinks.
     webhooks = WebhooksWiring(
         settings,
@@ -358,6 +372,7 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
         state_store=state_store,
         event_bus=event_bus,
         redis=redis,
+        redis_scripts=redis_scripts,
         vault=vault,
         token_service=tokens,
         password_hasher=password_hasher or PasswordHasher(),

@@ -154,13 +154,19 @@ class Meter:
             at = utcnow()
             if self._prices is not None and call.usage is not None:
                 call.priced(*await self._prices.cost_of(call, at))
+            settling = None
             if call.hold is not None:
-                # Tokens and cost settle to actuals (0 when no upstream answered).
+                # Tokens and cost settle to actuals (0 when no upstream answered). The
+                # settle leaves with the usage entry: one write to Redis for both.
                 usage = call.usage
-                await call.hold.settle(
+                settling = call.hold.settle(
                     0 if usage is None else usage.total_tokens, call.cost_micros or 0
                 )
-            await self._sink.record(call.entry(latency_ms=latency_ms, created_at=at))
+            try:
+                await self._sink.record(call.entry(latency_ms=latency_ms, created_at=at))
+            finally:
+                if settling is not None:
+                    await settling
         except Exception as exc:  # metering must never fail the request it meters
             logger.error("could not record usage", error=repr(exc))
 

@@ -21,7 +21,7 @@ _total``, and the overshoot docs/deployment.md describes).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -37,6 +37,10 @@ Clock = Callable[[], float]
 MAX_EXTENDED_SECONDS = 3600.0
 """A hold stops being extended after this long: a call that ran an hour without being
 metered was abandoned by a bug, and its units must come back some day."""
+
+
+async def _nothing() -> None:
+    return None
 
 
 class HoldFailures:
@@ -75,22 +79,23 @@ class SettleBatch:
         self._pending: list[tuple[Hold, dict[str, int], asyncio.Future[None]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def settle(self, hold: Hold, actuals: dict[str, int]) -> None:
-        """Once the batch this settle joined was sent; never raises."""
+    def join(self, hold: Hold, actuals: dict[str, int]) -> asyncio.Future[None]:
+        """Queue a settle now; the future is done once the batch it joined was sent
+        (never an error). The batch leaves in the next event-loop turn, the one in
+        which the usage entries of the same calls leave too, so on the app's script
+        pipe both go out in one write."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         if not self._pending:
-            loop.call_soon(self._flush)
+            task = loop.create_task(self._send_pending())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         self._pending.append((hold, actuals, done))
-        await asyncio.shield(done)
+        return asyncio.shield(done)
 
-    def _flush(self) -> None:
+    async def _send_pending(self) -> None:
         batch, self._pending = self._pending, []
-        if not batch:
-            return
-        task = asyncio.get_running_loop().create_task(self._send(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        await self._send(batch)
 
     async def _send(self, batch: list[tuple[Hold, dict[str, int], asyncio.Future[None]]]) -> None:
         try:
@@ -106,8 +111,7 @@ class SettleBatch:
                     done.set_result(None)
 
     async def drain(self) -> None:
-        """Send what is queued and wait for every batch under way (shutdown)."""
-        self._flush()
+        """Wait for every batch queued or under way (shutdown)."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
@@ -176,18 +180,22 @@ class Hold:
         values = {"tokens": tokens, "cost": cost_micros}
         return {w.key: values[w.metric] for w in self.windows if w.metric != "requests"}
 
-    async def settle(self, tokens: int, cost_micros: int) -> None:
+    def settle(self, tokens: int, cost_micros: int) -> Awaitable[None]:
         """Turn the hold into what the call used (with the other calls that end in
-        this event-loop turn, when the gate batches); never raises."""
+        this event-loop turn, when the gate batches); never raises. The settle is
+        under way when this returns (the meter sends the call's usage entry before
+        awaiting it); awaiting tells it was sent."""
         if self.settled:
-            return
+            return _nothing()
         self.settled = True
         if self._beat is not None:
             self._beat.cancel()
         actuals = self.actuals(tokens, cost_micros)
         if self._batch is not None:
-            await self._batch.settle(self, actuals)
-            return
+            return self._batch.join(self, actuals)
+        return self._settle_alone(actuals)
+
+    async def _settle_alone(self, actuals: dict[str, int]) -> None:
         try:
             if not await self._store.settle(self.hold_id, actuals):
                 await self.count_late(actuals)

@@ -28,6 +28,7 @@ from app.domain.usage.entry import UsageEntry
 from app.domain.usage.wal import UsageWal
 from app.domain.usage.writer import UsageWriter
 from app.lib.settings import Settings
+from app.lib.state.script_pipe import StoreScripts
 
 logger = structlog.get_logger()
 
@@ -134,6 +135,7 @@ def build_usage_recorder(
     engine: AsyncEngine,
     redis: Redis | None,
     registry: CollectorRegistry | None = None,
+    scripts: StoreScripts | None = None,
 ) -> UsageRecorder:
     writer = UsageWriter(engine, flush_interval=settings.usage_flush_seconds)
     wal: UsageWal | None = None
@@ -143,6 +145,7 @@ def build_usage_recorder(
             writer,
             key=f"{settings.redis_prefix}usage:wal",
             max_entries=settings.usage_wal_max_entries,
+            scripts=scripts,
         )
     if registry is not None:
         registry.register(UsageMetrics(writer, wal))

@@ -47,6 +47,7 @@ from redis.asyncio import Redis
 from app.domain.usage.entry import UsageEntry
 from app.domain.usage.wal_group import StreamGroup, StreamId, parse_id
 from app.domain.usage.writer import UsageWriter
+from app.lib.state.script_pipe import Script, StoreScripts
 
 logger = structlog.get_logger()
 
@@ -88,11 +89,18 @@ class UsageWal:
         claim_idle: float = DEFAULT_CLAIM_IDLE_SECONDS,
         retry_seconds: float = RETRY_SECONDS,
         consumer: str | None = None,
+        scripts: StoreScripts | None = None,
     ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self._redis = redis
-        self._append_script = redis.register_script(APPEND_SCRIPT)
+        # On the app's script pipe, an append leaves in the same write as the settle
+        # of the call it meters (both are sent in one event-loop turn).
+        self._append_script: Script = (
+            redis.register_script(APPEND_SCRIPT)
+            if scripts is None
+            else scripts.register(APPEND_SCRIPT)
+        )
         self._writer = writer
         self.key = key
         self.group = StreamGroup(

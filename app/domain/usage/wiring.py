@@ -14,6 +14,7 @@ from app.domain.usage.deps import usage_dependencies
 from app.domain.usage.recorder import build_usage_recorder
 from app.lib.components import BackgroundTask, Component
 from app.lib.settings import Settings
+from app.lib.state.script_pipe import StoreScripts
 
 
 class UsageWiring(Component):
@@ -26,8 +27,11 @@ class UsageWiring(Component):
         engine: AsyncEngine,
         redis: Redis | None,
         registry: CollectorRegistry,
+        scripts: StoreScripts | None = None,
     ) -> None:
-        self.writer = build_usage_recorder(settings, engine, redis, registry=registry)
+        self.writer = build_usage_recorder(
+            settings, engine, redis, registry=registry, scripts=scripts
+        )
 
     def provides(self) -> Mapping[str, object]:
         return {"usage_writer": self.writer, **usage_dependencies()}

@@ -148,13 +148,23 @@ class RedisStateStore:
     shared with other components is left to its owner.
     """
 
-    def __init__(self, client: Redis, prefix: str = "arona:", *, owns_client: bool = False) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        prefix: str = "arona:",
+        *,
+        owns_client: bool = False,
+        scripts: StoreScripts | None = None,
+    ) -> None:
         if client.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("RedisStateStore needs a client with decode_responses=False")
         self._client = client
         self._prefix = prefix
         self._owns_client = owns_client
-        self._scripts = StoreScripts(client)
+        # Shared ``scripts`` (the app's, also carrying the usage stream's appends) are
+        # their owner's to close; the store closes only those it made.
+        self._owns_scripts = scripts is None
+        self._scripts = StoreScripts(client) if scripts is None else scripts
         self._incr = self._scripts.register(_INCR)
         self._admit = self._scripts.register(_ADMIT)
         self._admit_windows = self._scripts.register(_ADMIT_WINDOWS)
@@ -269,6 +279,7 @@ class RedisStateStore:
             return False
 
     async def close(self) -> None:
-        await self._scripts.close()
+        if self._owns_scripts:
+            await self._scripts.close()
         if self._owns_client:
             await self._client.aclose()

@@ -29,9 +29,11 @@ import asyncio
 import hashlib
 import ssl
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any, Protocol, Self, cast
 
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -121,11 +123,43 @@ def _ssl_context(kwargs: dict[str, Any]) -> ssl.SSLContext:
     return context
 
 
+class PipeStats:
+    """What a pipe sent, over all its connections: ``commands`` in ``writes`` send(2)
+    calls (their ratio is what the coalescing saves)."""
+
+    __slots__ = ("commands", "writes")
+
+    def __init__(self) -> None:
+        self.commands = 0
+        self.writes = 0
+
+
+class PipeMetrics(Collector):
+    """``/metrics`` of a pipe: how many scripts it sent in how many writes."""
+
+    def __init__(self, stats: PipeStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "arona_redis_script_commands",
+            "Scripts sent on the pipelined Redis script connection.",
+            value=self._stats.commands,
+        )
+        yield CounterMetricFamily(
+            "arona_redis_script_writes",
+            "Writes (send system calls) those scripts took: several scripts of one "
+            "event-loop turn share one.",
+            value=self._stats.writes,
+        )
+
+
 class _Protocol(asyncio.Protocol):
     """One connection: commands go out in order, replies resolve waiters in order."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, stats: PipeStats) -> None:
         self._timeout = timeout
+        self._stats = stats
         self._waiters: deque[tuple[asyncio.Future[RespReply], float]] = deque()
         self._outbox: list[bytes] = []
         self._buffer = b""
@@ -156,6 +190,8 @@ class _Protocol(asyncio.Protocol):
         outbox, self._outbox = self._outbox, []
         if self.lost is None and self._transport is not None and outbox:
             self._transport.write(b"".join(outbox))
+            self._stats.writes += 1
+            self._stats.commands += len(outbox)
 
     def _check_overdue(self) -> None:
         self._watchdog = None
@@ -228,6 +264,7 @@ class ScriptPipe:
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Future[_Protocol] | None = None
         self._closed = False
+        self.stats = PipeStats()
 
     @classmethod
     def of(cls, client: Redis) -> Self | None:
@@ -249,6 +286,10 @@ class ScriptPipe:
             timeout=float(kwargs.get("socket_timeout") or DEFAULT_TIMEOUT),
             connect_timeout=float(kwargs.get("socket_connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
         )
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def script(self, body: str) -> PipeScript:
         return PipeScript(self, body)
@@ -280,11 +321,11 @@ class ScriptPipe:
             async with asyncio.timeout(self._connect_timeout):
                 if endpoint.path is not None:
                     _, protocol = await loop.create_unix_connection(
-                        lambda: _Protocol(self._timeout), endpoint.path
+                        lambda: _Protocol(self._timeout, self.stats), endpoint.path
                     )
                 else:
                     _, protocol = await loop.create_connection(
-                        lambda: _Protocol(self._timeout),
+                        lambda: _Protocol(self._timeout, self.stats),
                         endpoint.host,
                         endpoint.port,
                         ssl=endpoint.ssl_context,
