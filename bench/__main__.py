@@ -14,7 +14,7 @@ from bench.choices import comma_choices
 from bench.procs import BenchError
 from bench.runner import Options, run
 from bench.scenarios import SCENARIOS
-from bench.systems import SYSTEM_ORDER
+from bench.systems import DEFAULT_SYSTEMS, SYSTEM_ORDER
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -38,17 +38,28 @@ def parse_args(argv: list[str]) -> Options:
         default=scenario_keys,
         help="comma-separated scenarios (default all): " + ", ".join(scenario_keys),
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        default=None,
+        help="also run the Arona of git commit REF (as arona-before, with its request "
+        "quota) in the same run: before/after figures from one machine state",
+    )
     args = parser.parse_args(argv)
     seconds = args.duration if args.duration is not None else (2.0 if args.quick else 5.0)
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     if seconds < 1 or runs < 1:
         parser.error("--duration must be at least 1 and --runs at least 1")
-    systems: tuple[str, ...] = args.only or SYSTEM_ORDER
+    systems: tuple[str, ...] = args.only or DEFAULT_SYSTEMS
+    if args.baseline is not None and "arona-before" not in systems:
+        systems = tuple(s for s in SYSTEM_ORDER if s in systems or s == "arona-before")
+    if "arona-before" in systems and args.baseline is None:
+        parser.error("arona-before needs --baseline REF")
     if args.skip_litellm:
         systems = tuple(s for s in systems if s != "litellm")
     if not systems:
         parser.error("no system left to run")
-    full = not args.quick and systems == SYSTEM_ORDER and args.scenarios == scenario_keys
+    full = not args.quick and systems == DEFAULT_SYSTEMS and args.scenarios == scenario_keys
     suffix = "" if full else ("-quick" if args.quick else "-partial")
     return Options(
         seconds=seconds,
@@ -59,6 +70,7 @@ def parse_args(argv: list[str]) -> Options:
         scenarios=args.scenarios,
         command=" ".join(["python -m bench", shlex.join(argv)]).strip(),
         suffix=suffix,
+        baseline=args.baseline,
     )
 
 

@@ -22,6 +22,7 @@ import redis
 from app import __version__
 from app.lib.ports import free_port
 from app.lib.vault import generate_key_spec
+from bench.baseline import Baseline
 from bench.procs import SUT_CPU, BenchError, Supervisor, run_checked, wait_http
 from bench.systems import CHAT_MODEL, EMBED_MODEL, FakeUpstream, System
 
@@ -109,20 +110,30 @@ def start_arona(
     run_dir: Path,
     *,
     limits: Literal["none", "quota", "all"] = "none",
+    baseline: Baseline | None = None,
 ) -> System:
     """Arona on its own database. ``limits``: ``quota``, the limits Arona had before
     Step 13 (request quotas, the key's rpm); ``all``, every spend control too (prices,
     project token limits and budgets, the key's tpm and budget). All far above what a
     run sends, so each call pays for its admission (and, with ``all``, a reservation
-    and its settle) and none is refused."""
+    and its settle) and none is refused.
+
+    ``baseline``: an earlier Arona instead of this checkout's (``bench.baseline``),
+    with the request quota it had (the project's requests per minute and day: no key
+    limits, which came with Step 13)."""
     key = {"none": "arona", "quota": "arona-quota", "all": "arona-limits"}[limits]
+    executable = _arona_executable()
+    version = f"arona {__version__}"
+    if baseline is not None:
+        key, executable, version = "arona-before", baseline.executable, f"arona {baseline.short}"
+        limits = "quota"
     port = free_port()
     env = deployment.environment(port)
     deployment.create_database()
-    run_checked([_arona_executable(), "migrate"], env=env)
+    run_checked([executable, "migrate"], env=env)
     started = time.monotonic()
     child = supervisor.start(
-        key, [_arona_executable(), "serve"], cpu=SUT_CPU, log=run_dir / f"{key}.log", env=env
+        key, [executable, "serve"], cpu=SUT_CPU, log=run_dir / f"{key}.log", env=env
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/healthz", child, timeout=60)
@@ -142,8 +153,8 @@ def start_arona(
             },
         )
         _wait_healthy(client, admin)
-        api_key = _create_api_key(client, admin, limits)
-    return System(key, url, api_key, child.pid, f"arona {__version__}", startup, child)
+        api_key = _create_api_key(client, admin, limits, key_limits=baseline is None)
+    return System(key, url, api_key, child.pid, version, startup, child)
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
@@ -175,11 +186,11 @@ BIG_BUDGET = "100000000"
 
 
 def _limit(
-    client: httpx.Client, admin: dict[str, str], project_id: str, limits: str
+    client: httpx.Client, admin: dict[str, str], project_id: str, limits: str, key_limits: bool
 ) -> dict[str, Any]:
     """Sets the project's limits; the key's own limits to create it with."""
     quota: dict[str, Any] = {"perMinute": 10**9, "perDay": 10**9}
-    key: dict[str, Any] = {"rpm": 1_000_000}
+    key: dict[str, Any] = {"rpm": 1_000_000} if key_limits else {}
     if limits == "all":
         for model in (CHAT_MODEL, EMBED_MODEL):
             price = {"model": model, "input": "0.15", "output": "0.6", "embedding": "0.02"}
@@ -195,7 +206,9 @@ def _limit(
     return key
 
 
-def _create_api_key(client: httpx.Client, admin: dict[str, str], limits: str) -> str:
+def _create_api_key(
+    client: httpx.Client, admin: dict[str, str], limits: str, *, key_limits: bool
+) -> str:
     email = f"bench-{secrets.token_hex(4)}@bench.arona.local"
     password = secrets.token_urlsafe(16)
     _call(client, "POST", "/api/auth/register", json={"email": email, "password": password})
@@ -206,7 +219,7 @@ def _create_api_key(client: httpx.Client, admin: dict[str, str], limits: str) ->
     )
     body: dict[str, Any] = {"name": "bench"}
     if limits != "none":
-        body.update(_limit(client, admin, project["id"], limits))
+        body.update(_limit(client, admin, project["id"], limits, key_limits))
     created = _call(
         client, "POST", f"/api/projects/{project['id']}/api-keys", headers=user, json=body
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.results import MEMORY, Results, verdicts
 from bench.scenarios import SCENARIOS, Kind
-from bench.systems import LABELS, SYSTEM_ORDER
+from bench.systems import DEFAULT_SYSTEMS, LABELS, SYSTEM_ORDER
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NO_RATIO = frozenset(
@@ -99,11 +99,18 @@ def _ratio(arona: float | None, litellm: float | None) -> str:
     return f"{arona / litellm:.2f}x"
 
 
+def _columns(results: Results) -> tuple[str, ...]:
+    """Every default system (a dash when it did not run), and the baseline if it ran."""
+    ran = {system for by_system in results.samples.values() for system in by_system}
+    return tuple(s for s in SYSTEM_ORDER if s in DEFAULT_SYSTEMS or s in ran)
+
+
 def _table(results: Results, scenario: str, rows: tuple[Row, ...]) -> list[str]:
-    header = ["figure", *(LABELS[s] for s in SYSTEM_ORDER), "Arona/LiteLLM"]
+    columns = _columns(results)
+    header = ["figure", *(LABELS[s] for s in columns), "Arona/LiteLLM"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for metric, label, fmt in rows:
-        cells = [_cell(results.values(scenario, s, metric), fmt) for s in SYSTEM_ORDER]
+        cells = [_cell(results.values(scenario, s, metric), fmt) for s in columns]
         if all(c == "—" for c in cells):
             continue
         ratio = (
@@ -117,7 +124,7 @@ def _table(results: Results, scenario: str, rows: tuple[Row, ...]) -> list[str]:
         lines.append("| " + " | ".join([label, *cells, ratio]) + " |")
     errors = [
         sum(s.errors for s in results.samples.get(scenario, {}).get(system, []))
-        for system in SYSTEM_ORDER
+        for system in columns
     ]
     if any(errors):
         lines.append("| **errors (all runs)** | " + " | ".join(str(e) for e in errors) + " | — |")

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 from bench.arona_sut import AronaDeployment, start_arona
+from bench.baseline import prepare as prepare_baseline
 from bench.litellm_sut import LiteLLMInstall, ensure_installed, start_litellm
 from bench.machine import machine_info
 from bench.procs import BenchError, Supervisor, pin_self_to_load_cpu
@@ -42,6 +43,8 @@ class Options:
     suffix: str = ""
     """Appended to the results file names, so a smoke check does not replace the day's
     full run."""
+    baseline: str | None = None
+    """A git ref run as ``arona-before`` beside this checkout (``bench.baseline``)."""
 
 
 def raise_fd_limit() -> int:
@@ -118,10 +121,12 @@ def run(options: Options) -> int:
     deployment = AronaDeployment(run_id)
     limited = AronaDeployment(f"{run_id}_limits")
     quota = AronaDeployment(f"{run_id}_quota")
+    before = AronaDeployment(f"{run_id}_before")
     # Backstops for an exit that skips the finally below (they are no-ops after it).
     atexit.register(deployment.close)
     atexit.register(limited.close)
     atexit.register(quota.close)
+    atexit.register(before.close)
     atexit.register(supervisor.stop_all)
     scenarios = [s for s in SCENARIOS if s.key in options.scenarios]
     results = Results()
@@ -145,6 +150,14 @@ def run(options: Options) -> int:
         systems: list[System] = []
         if "direct" in options.systems:
             systems.append(fake.as_system())
+        if "arona-before" in options.systems and options.baseline is not None:
+            say(f"Arona before: exporting and installing {options.baseline} (once per commit)...")
+            baseline = prepare_baseline(options.baseline)
+            notes.append(
+                f"Arona before (baseline) is commit {baseline.short} ({options.baseline}), "
+                "with the request quota it had (project requests per minute and day)"
+            )
+            systems.append(start_arona(supervisor, before, fake, run_dir, baseline=baseline))
         if "arona" in options.systems:
             say("Arona: creating the database, migrating, starting, registering the fake...")
             systems.append(start_arona(supervisor, deployment, fake, run_dir))
@@ -195,7 +208,8 @@ def run(options: Options) -> int:
     finally:
         say("stopping every process the benchmark started...")
         supervisor.stop_all()
-        for problem in [*deployment.close(), *limited.close(), *quota.close()]:
+        closed = [*deployment.close(), *limited.close(), *quota.close(), *before.close()]
+        for problem in closed:
             say(f"cleanup: {problem}")
         if not failed:
             shutil.rmtree(run_dir, ignore_errors=True)

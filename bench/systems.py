@@ -19,9 +19,12 @@ STREAM_CHUNKS = 20
 FAKE_KEY = "sk-fake"
 """The fake checks no key; LiteLLM insists on sending one."""
 
-SYSTEM_ORDER = ("direct", "arona", "arona-quota", "arona-limits", "litellm")
+SYSTEM_ORDER = ("direct", "arona-before", "arona", "arona-quota", "arona-limits", "litellm")
+DEFAULT_SYSTEMS = tuple(s for s in SYSTEM_ORDER if s != "arona-before")
+"""What runs without ``--only``; ``arona-before`` runs with ``--baseline REF``."""
 LABELS = {
     "direct": "direct",
+    "arona-before": "Arona before (baseline) + request quota",
     "arona": "Arona",
     "arona-quota": "Arona + request quota",
     "arona-limits": "Arona + limits",
