@@ -12,6 +12,11 @@ from __future__ import annotations
 # or two, more if a script runs long); a restarted window ends at least its span
 # later, and spans are far longer than the tolerance.
 #
+# Library calls (tonumber, string.format, ipairs' iterator, math.abs) cost about a
+# quarter of a redis.call each in Redis' Lua, and a settle is otherwise only a few
+# dozen calls: the per-window paths use the VM's own string-to-number coercion, plain
+# for loops and concatenation instead.
+#
 # The purge reads records one by one and deletes them in chunks, since Lua's C stack
 # takes ~8000 unpacked arguments and a replica killed with thousands of calls in
 # flight leaves that many holds to drop at once.
@@ -36,10 +41,14 @@ end
 local function units_in(counter, field, now, ends)
   local units, reserved_end = string.match(field or '', '^(%d+):(%d+)$')
   local current_end = units and window_end(counter, now, ends)
-  if not current_end or math.abs(current_end - tonumber(reserved_end)) > TOLERANCE_MS then
+  if not current_end then
     return nil
   end
-  return tonumber(units)
+  local drift = current_end - reserved_end
+  if drift > TOLERANCE_MS or drift < -TOLERANCE_MS then
+    return nil
+  end
+  return units + 0
 end
 -- Takes a dead hold's units out of the windows it still counts in (the caller
 -- deletes the record).
@@ -79,7 +88,7 @@ end
 -- Settle and extend share one reading of a hold. Returns 0 (unknown or expired:
 -- nothing to do; an expired hold is left to the next reserve's purge) or -1 (the
 -- record names other windows than ``counters``: the id was reused since the caller
--- read it), or nil and the record's fields by window.
+-- read it), or nil and the record's field of each of ``counters``, in their order.
 local function hold_fields(index, record, hold_id, counters, now)
   local expiry = redis.call('ZSCORE', index, hold_id)
   if not expiry or tonumber(expiry) < now then
@@ -93,11 +102,25 @@ local function hold_fields(index, record, hold_id, counters, now)
     return -1, nil
   end
   local fields = {}
-  for f = 1, #flat, 2 do
-    fields[flat[f]] = flat[f + 1]
+  for i = 1, #counters do
+    if flat[2 * i - 1] ~= counters[i] then
+      fields = nil
+      break
+    end
+    fields[i] = flat[2 * i]
   end
-  for _, counter in ipairs(counters) do
-    if not fields[counter] then
+  if fields then
+    -- callers name the windows in the record's order (the reserve's, or HKEYS')
+    return nil, fields
+  end
+  local by_window = {}
+  for f = 1, #flat, 2 do
+    by_window[flat[f]] = flat[f + 1]
+  end
+  fields = {}
+  for i = 1, #counters do
+    fields[i] = by_window[counters[i]]
+    if not fields[i] then
       return -1, nil
     end
   end
@@ -113,15 +136,15 @@ local function settle_hold(index, record, hold_id, counters, actuals, now, ends)
   redis.call('DEL', record)
   redis.call('ZREM', index, hold_id)
   local settled = 0
-  for i, counter in ipairs(counters) do
-    local actual = actuals[i]
+  for i = 1, #counters do
+    local counter, actual = counters[i], actuals[i]
     -- a window keeping its units needs no reading once the hold is known to count
     -- somewhere (a hold every window of which ended had nothing left to settle)
-    local units = (actual ~= '' or settled == 0) and units_in(counter, fields[counter], now, ends)
+    local units = (actual ~= '' or settled == 0) and units_in(counter, fields[i], now, ends)
     if units then
       settled = 1
       if actual ~= '' then
-        local delta = tonumber(actual) - units
+        local delta = actual - units
         if delta ~= 0 then
           redis.call('INCRBY', counter, delta)
         end
@@ -158,13 +181,15 @@ if redis.call('EXISTS', record) == 1 then
 end
 local n = #KEYS - 2
 local limits, spans, amounts_of = {}, {}, {}
+local count = 0
 for limit, span, amount in string.gmatch(ARGV[3], '(-?%d+),(%d+),(%d+)') do
-  limits[#limits + 1] = tonumber(limit)
-  spans[#spans + 1] = tonumber(span)
-  amounts_of[#amounts_of + 1] = amount
+  count = count + 1
+  limits[count] = limit + 0
+  spans[count] = span + 0
+  amounts_of[count] = amount
 end
-if #limits ~= n then
-  return redis.error_reply('reserve: ' .. n .. ' windows but ' .. #limits .. ' specs')
+if count ~= n then
+  return redis.error_reply('reserve: ' .. n .. ' windows but ' .. count .. ' specs')
 end
 local currents, ttls, fits = {}, {}, {}
 local allowed = 1
@@ -184,16 +209,16 @@ for i = 1, n do
   end
   currents[i] = current
   ttls[i] = ttl
-  if limit >= 0 and current + tonumber(amounts_of[i]) > limit then
+  if limit >= 0 and current + amounts_of[i] > limit then
     fits[i] = 0
     allowed = 0
   else
     fits[i] = 1
   end
 end
-local out = {tostring(allowed)}
+local out = {allowed}
 if allowed == 1 then
-  local hold_ms = tonumber(ARGV[2])
+  local hold_ms = ARGV[2] + 0
   local longest = hold_ms
   local fields = {}
   for i = 1, n do
@@ -209,8 +234,10 @@ if allowed == 1 then
       longest = ttl
     end
     fields[2 * i - 1] = counter
-    fields[2 * i] = amount .. ':' .. string.format('%d', now + ttl)
-    out[#out + 1] = string.format('1,%d,0', current)
+    -- %.14g, Lua's number format, writes integers of up to 14 digits exactly
+    fields[2 * i] = amount .. ':' .. (now + ttl)
+    -- counts are formatted with %d: Lua's own %.14g would write large ones as 1e+14
+    out[i + 1] = string.format('1,%d,0', current)
   end
   -- the record outlives the hold while its windows last, so that a purge finds the
   -- units of a hold that expired
@@ -230,7 +257,7 @@ for i = 1, n do
       retry = 1
     end
   end
-  out[#out + 1] = string.format('%d,%d,%d', fits[i], currents[i], retry)
+  out[i + 1] = string.format('%d,%d,%d', fits[i], currents[i], retry)
 end
 return table.concat(out, ';')
 """
@@ -308,8 +335,8 @@ if refused then
 end
 local ends = {}
 local counting = false
-for _, counter in ipairs(counters) do
-  if units_in(counter, fields[counter], now, ends) then
+for i = 1, #counters do
+  if units_in(counters[i], fields[i], now, ends) then
     counting = true
     break
   end
