@@ -17,7 +17,6 @@ from app.lib.state.redis import RedisStateStore
 from tests.support.state_harness import Harness
 
 LONG = 60.0
-TAILS = ("", "|hold-expiry", "|hold-amount")
 
 
 async def test_concurrent_reserves_admit_exactly_the_limit(harness: Harness) -> None:
@@ -142,39 +141,62 @@ async def test_redis_keys_of_a_reservation_share_the_callers_hash_tag(harness: H
     assert isinstance(store, RedisStateStore)
     spec = [ReserveWindow("quota:{p1}:m:7", 5, 30, 1), ReserveWindow("quota:{p1}:d:7", 9, 90, 1)]
     assert (await store.reserve(spec, "{p1}:call-1", LONG)).allowed
-    found = [k async for k in store.client.scan_iter(match=harness.prefix + "*", count=1000)]
-    keys = sorted(k.decode() for k in found)
     p = harness.prefix
-    assert keys == sorted(
-        [
-            f"{p}hold:{{p1}}:call-1",
-            *(f"{p}quota:{{p1}}:{w}:7{tail}" for w in ("m", "d") for tail in TAILS),
-        ]
-    )
+    record, index = f"{p}hold:{{p1}}:call-1", f"{p}holds:{{p1}}"
+    counters = [f"{p}quota:{{p1}}:{w}:7" for w in ("m", "d")]
+    keys = await _keys(store, p)
+    assert keys == sorted([record, index, *counters])
     assert len({key_slot(k.encode()) for k in keys}) == 1
-    # The holds' keys end with their window; the record with its hold.
-    for window, ttl in (("m", 30_000), ("d", 90_000)):
-        counter = f"{p}quota:{{p1}}:{window}:7"
-        expiries = await store.client.pttl(counter + "|hold-expiry")
-        assert abs(await store.client.pttl(counter) - expiries) < 50
-        assert 0 < expiries <= ttl
-    assert 0 < await store.client.pttl(f"{p}hold:{{p1}}:call-1") <= LONG * 1000
+    # Every key ends: the counters with their window, the record and the index with the
+    # longest window a hold in them counts in (here longer than the hold).
+    longest = await store.client.pttl(counters[1])
+    assert 0 < await store.client.pttl(counters[0]) <= 30_000
+    assert 0 < longest <= 90_000
+    for key in (record, index):
+        assert abs(await store.client.pttl(key) - longest) < 50
+    # A hold outliving its windows keeps its index and record as long as it lives.
+    assert await store.extend("{p1}:call-1", 200)
+    assert await store.client.pttl(index) > 100_000
+    assert await store.client.pttl(record) > 100_000
+    # Settled, only the counters stay.
+    assert await store.settle("{p1}:call-1", {})
+    assert await _keys(store, p) == sorted(counters)
+
+
+async def _keys(store: RedisStateStore, prefix: str) -> list[str]:
+    found = [k async for k in store.client.scan_iter(match=prefix + "*", count=1000)]
+    return sorted(k.decode() for k in found)
+
+
+# What a replica SIGKILLed with ``dead`` holds of 3 units in flight in window KEYS[1]
+# leaves behind in the layout ``redis_holds`` documents (KEYS[2]: the hold index;
+# ARGV: the window's settled units, the number of holds, the records' key prefix).
+# Written by a script so that the recorded window end is read on the server's clock.
+_DEAD_HOLDS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], tonumber(ARGV[1]) + 3 * dead, 'PX', 60000)
+local field = '3:' .. string.format('%d', now + redis.call('PTTL', KEYS[1]))
+for i = 1, dead do
+  local record = ARGV[3] .. 'dead' .. i
+  redis.call('HSET', record, KEYS[1], field)
+  redis.call('PEXPIRE', record, 60000)
+  redis.call('ZADD', KEYS[2], now + 200, 'dead' .. i)
+end
+redis.call('PEXPIRE', KEYS[2], 60000)
+"""
 
 
 @pytest.mark.parametrize("harness", ["redis"], indirect=True)
 async def test_redis_purges_thousands_of_expired_holds_at_once(harness: Harness) -> None:
     """A replica killed with more holds in flight than Lua takes arguments in one call
-    leaves them behind in the layout ``redis_holds`` documents; one reserve drops all."""
+    leaves them behind; one reserve drops all, their records included."""
     store = harness.state()
     assert isinstance(store, RedisStateStore)
-    counter = harness.prefix + "w"
-    seconds, micros = await store.client.time()
-    expires = seconds * 1000 + micros // 1000 + 200
-    async with store.client.pipeline(transaction=True) as pipe:
-        pipe.set(counter, 3 * 2_500 + 4, px=60_000)  # 4 settled units stay
-        pipe.zadd(counter + "|hold-expiry", {f"dead{i}": expires for i in range(2_500)})
-        pipe.hset(counter + "|hold-amount", mapping={f"dead{i}": 3 for i in range(2_500)})
-        await pipe.execute()
+    p = harness.prefix
+    counter, index = p + "w", p + "holds"
+    await store.client.eval(_DEAD_HOLDS, 2, counter, index, 4, 2_500, p + "hold:")
     held = await store.window_total("w")
     assert (held.total, held.held) == (7_504, 7_500)
     await asyncio.sleep(0.3)
@@ -184,8 +206,10 @@ async def test_redis_purges_thousands_of_expired_holds_at_once(harness: Harness)
     d = await store.reserve([ReserveWindow("w", 10, LONG, 3)], "alive", LONG)
     assert d.allowed
     assert d.windows[0].current == 7
-    assert await store.client.zcard(counter + "|hold-expiry") == 1
-    assert await store.client.hlen(counter + "|hold-amount") == 1
+    assert await store.client.zrange(index, 0, -1) == [b"alive"]
+    assert await _keys(store, p) == sorted([counter, index, p + "hold:alive"])
+    for key in (counter, index, p + "hold:alive"):
+        assert await store.client.pttl(key) > 0
 
 
 # -- Redis unreachable ------------------------------------------------------------------

@@ -3,83 +3,161 @@ there). Each runs atomically; all of them judge expiry by the server's ``TIME``.
 
 from __future__ import annotations
 
-# Shared by the scripts: server time in ms, and the expired holds' purge. A purge
-# unpacks ids in chunks (Lua's C stack takes ~8000 arguments) since a replica killed
-# with thousands of calls in flight leaves that many to drop at once.
+# Shared by the scripts.
+#
+# A record field is "<units>:<window end in server ms>", the end read when the hold
+# was taken. The units still count in the window only while the counter ends then:
+# a window that ended (and maybe restarted) must not be charged or refunded for its
+# predecessor's holds. Two readings of one end differ by the clock's rounding (a ms
+# or two, more if a script runs long); a restarted window ends at least its span
+# later, and spans are far longer than the tolerance.
+#
+# Library calls (tonumber, string.format, ipairs' iterator, math.abs) cost about a
+# quarter of a redis.call each in Redis' Lua, and a settle is otherwise only a few
+# dozen calls: the per-window paths use the VM's own string-to-number coercion, plain
+# for loops and concatenation instead.
+#
+# The purge reads records one by one and deletes them in chunks, since Lua's C stack
+# takes ~8000 unpacked arguments and a replica killed with thousands of calls in
+# flight leaves that many holds to drop at once.
 COMMON = """
+local TOLERANCE_MS = 50
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function sum_amounts(amounts, ids, drop)
-  local sum = 0
-  for s = 1, #ids, 1000 do
-    local chunk = {unpack(ids, s, math.min(s + 999, #ids))}
-    for _, a in ipairs(redis.call('HMGET', amounts, unpack(chunk))) do
-      sum = sum + (tonumber(a) or 0)
-    end
-    if drop then
-      redis.call('HDEL', amounts, unpack(chunk))
+-- The window's end, false when it has none (ended, or never given one). ``ends``
+-- caches it for one script run, where many holds share few windows.
+local function window_end(counter, now, ends)
+  local known = ends[counter]
+  if known == nil then
+    local ttl = redis.call('PTTL', counter)
+    known = ttl >= 0 and now + ttl
+    ends[counter] = known
+  end
+  return known
+end
+-- The units a record field still holds in its window, nil once the window ended.
+local function units_in(counter, field, now, ends)
+  local units, reserved_end = string.match(field or '', '^(%d+):(%d+)$')
+  local current_end = units and window_end(counter, now, ends)
+  if not current_end then
+    return nil
+  end
+  local drift = current_end - reserved_end
+  if drift > TOLERANCE_MS or drift < -TOLERANCE_MS then
+    return nil
+  end
+  return units + 0
+end
+-- Takes a dead hold's units out of the windows it still counts in (the caller
+-- deletes the record).
+local function release_record(record, now, ends)
+  local flat = redis.call('HGETALL', record)
+  for f = 1, #flat, 2 do
+    local units = units_in(flat[f], flat[f + 1], now, ends)
+    if units and units ~= 0 then
+      redis.call('DECRBY', flat[f], units)
     end
   end
-  return sum
 end
--- A hold is live while now <= expiry, the rule Redis applies to key expiry.
-local function purge(expiries, amounts, now)
-  local ids = redis.call('ZRANGEBYSCORE', expiries, '-inf', '(' .. now)
+-- A hold is live while now <= expiry, the rule Redis applies to key expiry. Records
+-- carry the ids' hash tag, the index's, so they are on its Cluster slot.
+local function purge(index, record_prefix, now)
+  local ids = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. now)
   if #ids == 0 then
-    return 0
+    return
   end
-  redis.call('ZREMRANGEBYSCORE', expiries, '-inf', '(' .. now)
-  return sum_amounts(amounts, ids, true)
-end
--- One window's side of a settle: the hold's units there become ``actual`` ('' keeps
--- them), unless the window ended meanwhile, and the hold leaves the window.
-local function settle_window(counter, expiries, amounts, hold_id, actual)
-  local reserved = tonumber(redis.call('HGET', amounts, hold_id) or '0')
-  if actual ~= '' and redis.call('EXISTS', counter) == 1 then
-    local delta = tonumber(actual) - reserved
-    if delta ~= 0 then
-      redis.call('INCRBY', counter, delta)
-    end
+  local ends, records = {}, {}
+  for i, id in ipairs(ids) do
+    records[i] = record_prefix .. id
+    release_record(records[i], now, ends)
   end
-  redis.call('ZREM', expiries, hold_id)
-  redis.call('HDEL', amounts, hold_id)
+  for s = 1, #records, 1000 do
+    redis.call('DEL', unpack(records, s, math.min(s + 999, #records)))
+  end
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. now)
 end
--- Settle and extend share one reading of a hold (KEYS: its record, then per window:
--- counter, expiries, amounts). Returns 0 (unknown or expired: nothing to do) or -1
--- (the record names other windows: the id was reused since the caller read it), or
--- nil and the windows (by index) the hold is still live in, possibly none.
-local function live_windows(hold_id, now)
-  local n = (#KEYS - 1) / 3
-  if redis.call('EXISTS', KEYS[1]) == 0 then
+-- Only ever lengthens a key's life (a key without one gets ``ms``).
+local function raise_ttl(key, ms)
+  local ttl = redis.call('PTTL', key)
+  if ttl == -1 or (ttl >= 0 and ttl < ms) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+-- Settle and extend share one reading of a hold. Returns 0 (unknown or expired:
+-- nothing to do; an expired hold is left to the next reserve's purge) or -1 (the
+-- record names other windows than ``counters``: the id was reused since the caller
+-- read it), or nil and the record's field of each of ``counters``, in their order.
+local function hold_fields(index, record, hold_id, counters, now)
+  local expiry = redis.call('ZSCORE', index, hold_id)
+  if not expiry or tonumber(expiry) < now then
     return 0, nil
   end
-  if redis.call('HLEN', KEYS[1]) ~= n then
+  local flat = redis.call('HGETALL', record)
+  if #flat == 0 then
+    return 0, nil
+  end
+  if #flat ~= 2 * #counters then
     return -1, nil
   end
-  local present = {}
-  for i = 1, n do
-    if redis.call('HEXISTS', KEYS[1], KEYS[3 * i - 1]) == 0 then
+  local fields = {}
+  for i = 1, #counters do
+    if flat[2 * i - 1] ~= counters[i] then
+      fields = nil
+      break
+    end
+    fields[i] = flat[2 * i]
+  end
+  if fields then
+    -- callers name the windows in the record's order (the reserve's, or HKEYS')
+    return nil, fields
+  end
+  local by_window = {}
+  for f = 1, #flat, 2 do
+    by_window[flat[f]] = flat[f + 1]
+  end
+  fields = {}
+  for i = 1, #counters do
+    fields[i] = by_window[counters[i]]
+    if not fields[i] then
       return -1, nil
     end
-    local expiry = redis.call('ZSCORE', KEYS[3 * i], hold_id)
-    if expiry then
-      if tonumber(expiry) < now then
-        -- expired: the next reserve on the window purges it
-        return 0, nil
+  end
+  return nil, fields
+end
+-- The hold's units in each window it still counts in become ``actuals[i]`` ('' keeps
+-- them) and the hold is gone. 1 settled, 0 nothing to settle, -1 as hold_fields.
+local function settle_hold(index, record, hold_id, counters, actuals, now, ends)
+  local refused, fields = hold_fields(index, record, hold_id, counters, now)
+  if refused then
+    return refused
+  end
+  redis.call('DEL', record)
+  redis.call('ZREM', index, hold_id)
+  local settled = 0
+  for i = 1, #counters do
+    local counter, actual = counters[i], actuals[i]
+    -- a window keeping its units needs no reading once the hold is known to count
+    -- somewhere (a hold every window of which ended had nothing left to settle)
+    local units = (actual ~= '' or settled == 0) and units_in(counter, fields[i], now, ends)
+    if units then
+      settled = 1
+      if actual ~= '' then
+        local delta = actual - units
+        if delta ~= 0 then
+          redis.call('INCRBY', counter, delta)
+        end
       end
-      present[i] = true
     end
   end
-  return nil, present
+  return settled
 end
 """
 
-# KEYS: the hold record, then each window's counter. Its expiries and amounts keys are
-# derived from the counter's name here (the same suffixes as ``redis_holds``): they
-# carry its hash tag, so they live on its Redis Cluster slot, and naming three keys
-# per window instead of one was a third of a caller's cost per call.
+# KEYS: the hold record, the hold index of its hash tag, then each window's counter.
+# Other holds' records, read by the purge, are named from the record's prefix and
+# their ids: they carry the index's hash tag, so they live on its Cluster slot.
 # ARGV: hold_id, hold_ms, and the windows packed in one argument,
 # "<limit>,<window_ms>,<amount>;..." (limit -1 = none): one argument instead of three
 # per window, since packing arguments is most of a caller's cost.
@@ -90,68 +168,61 @@ RESERVE = (
     + """
 local now = now_ms()
 local hold_id = ARGV[1]
-if redis.call('EXISTS', KEYS[1]) == 1 then
+local record, index = KEYS[1], KEYS[2]
+local expiry = redis.call('ZSCORE', index, hold_id)
+if expiry and tonumber(expiry) >= now then
   return -1
 end
-local n = #KEYS - 1
-local limits, spans, amounts_of = {}, {}, {}
-for limit, span, amount in string.gmatch(ARGV[3], '(-?%d+),(%d+),(%d+)') do
-  limits[#limits + 1] = tonumber(limit)
-  spans[#spans + 1] = tonumber(span)
-  amounts_of[#amounts_of + 1] = amount
+purge(index, string.sub(record, 1, #record - #hold_id), now)
+if redis.call('EXISTS', record) == 1 then
+  -- an earlier hold with this id, no longer live, whose record outlived its entry
+  release_record(record, now, {})
+  redis.call('DEL', record)
 end
-if #limits ~= n then
-  return redis.error_reply('reserve: ' .. n .. ' windows but ' .. #limits .. ' specs')
+local n = #KEYS - 2
+local limits, spans, amounts_of = {}, {}, {}
+local count = 0
+for limit, span, amount in string.gmatch(ARGV[3], '(-?%d+),(%d+),(%d+)') do
+  count = count + 1
+  limits[count] = limit + 0
+  spans[count] = span + 0
+  amounts_of[count] = amount
+end
+if count ~= n then
+  return redis.error_reply('reserve: ' .. n .. ' windows but ' .. count .. ' specs')
 end
 local currents, ttls, fits = {}, {}, {}
 local allowed = 1
+-- one MGET for the counters: a call costs more than the values it reads
+local values = redis.call('MGET', unpack(KEYS, 3))
 for i = 1, n do
-  local counter = KEYS[i + 1]
-  local expiries, amounts = counter .. '|hold-expiry', counter .. '|hold-amount'
+  local counter = KEYS[i + 2]
   local limit = limits[i]
-  local window_ms = spans[i]
-  local amount = tonumber(amounts_of[i])
-  local current = tonumber(redis.call('GET', counter) or '0')
+  local current = tonumber(values[i] or '0')
   if current == nil then
     return redis.error_reply('window key ' .. counter .. ' does not hold an integer')
   end
   local ttl = redis.call('PTTL', counter)
-  if ttl == -2 then
-    -- holds of a window that ended must not be charged to the next one
-    redis.call('DEL', expiries, amounts)
-  else
-    if ttl == -1 then
-      redis.call('PEXPIRE', counter, window_ms)
-      ttl = window_ms
-    end
-    local freed = purge(expiries, amounts, now)
-    local stale = redis.call('HGET', amounts, hold_id)
-    if stale then
-      -- an earlier hold with this id whose record is gone: dead, though its expiry
-      -- may be within the millisecond the two clocks' rounding leaves
-      redis.call('ZREM', expiries, hold_id)
-      redis.call('HDEL', amounts, hold_id)
-      freed = freed + tonumber(stale)
-    end
-    if freed ~= 0 then
-      current = redis.call('DECRBY', counter, freed)
-    end
+  if ttl == -1 then
+    redis.call('PEXPIRE', counter, spans[i])
+    ttl = spans[i]
   end
   currents[i] = current
   ttls[i] = ttl
-  if limit >= 0 and current + amount > limit then
+  if limit >= 0 and current + amounts_of[i] > limit then
     fits[i] = 0
     allowed = 0
   else
     fits[i] = 1
   end
 end
-local out = {tostring(allowed)}
+local out = {allowed}
 if allowed == 1 then
-  local expires = now + tonumber(ARGV[2])
+  local hold_ms = ARGV[2] + 0
+  local longest = hold_ms
+  local fields = {}
   for i = 1, n do
-    local counter = KEYS[i + 1]
-  local expiries, amounts = counter .. '|hold-expiry', counter .. '|hold-amount'
+    local counter = KEYS[i + 2]
     local amount = amounts_of[i]
     local current = redis.call('INCRBY', counter, amount)
     local ttl = ttls[i]
@@ -159,14 +230,21 @@ if allowed == 1 then
       ttl = spans[i]
       redis.call('PEXPIRE', counter, ttl)
     end
-    redis.call('ZADD', expiries, expires, hold_id)
-    redis.call('HSET', amounts, hold_id, amount)
-    redis.call('PEXPIRE', expiries, ttl)
-    redis.call('PEXPIRE', amounts, ttl)
-    redis.call('HSET', KEYS[1], counter, amount)
-    out[#out + 1] = string.format('1,%d,0', current)
+    if ttl > longest then
+      longest = ttl
+    end
+    fields[2 * i - 1] = counter
+    -- %.14g, Lua's number format, writes integers of up to 14 digits exactly
+    fields[2 * i] = amount .. ':' .. (now + ttl)
+    -- counts are formatted with %d: Lua's own %.14g would write large ones as 1e+14
+    out[i + 1] = string.format('1,%d,0', current)
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- the record outlives the hold while its windows last, so that a purge finds the
+  -- units of a hold that expired
+  redis.call('HSET', record, unpack(fields))
+  redis.call('PEXPIRE', record, longest)
+  redis.call('ZADD', index, now + hold_ms, hold_id)
+  raise_ttl(index, longest)
   return table.concat(out, ';')
 end
 for i = 1, n do
@@ -179,62 +257,67 @@ for i = 1, n do
       retry = 1
     end
   end
-  out[#out + 1] = string.format('%d,%d,%d', fits[i], currents[i], retry)
+  out[i + 1] = string.format('%d,%d,%d', fits[i], currents[i], retry)
 end
 return table.concat(out, ';')
 """
 )
 
 
-# KEYS: the hold record, then per window of the hold: counter, expiries, amounts.
+# KEYS: the hold index, the hold record, then each window's counter.
 # ARGV: hold_id, then per window: the actual units, or '' to keep the reserved ones.
-# Returns 1 settled, 0 unknown or expired (nothing changed), -1 the record no longer
-# names these windows (the id was reused since the caller read it: read again).
+# Returns 1 settled, 0 unknown, expired or every window ended (nothing changed), -1
+# the record no longer names these windows (the id was reused since the caller read
+# it: read again).
 SETTLE = (
     COMMON
     + """
-local now = now_ms()
-local hold_id = ARGV[1]
-local n = (#KEYS - 1) / 3
-local refused, present = live_windows(hold_id, now)
-if refused then
-  return refused
+local counters, actuals = {}, {}
+for i = 3, #KEYS do
+  counters[i - 2] = KEYS[i]
+  actuals[i - 2] = ARGV[i - 1]
 end
-redis.call('DEL', KEYS[1])
-if next(present) == nil then
-  -- every window of the hold ended: there is nothing left to settle
-  return 0
-end
-for i = 1, n do
-  if present[i] then
-    settle_window(KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1], hold_id, ARGV[i + 1])
-  end
-end
-return 1
+return settle_hold(KEYS[1], KEYS[2], ARGV[1], counters, actuals, now_ms(), {})
 """
 )
 
-# KEYS: counter, expiries, amounts. Returns {total, held, ttl_ms} (ttl -2: no window).
+# KEYS: a window's counter, the hold index of its hash tag.
+# ARGV: the records' key prefix ("<prefix>hold:").
+# Returns {total, held, ttl_ms} (ttl -2: no window): the counter without the units of
+# expired holds not purged yet, and the units of live holds. An admin read: it walks
+# the whole index.
 TOTAL = (
     COMMON
     + """
 local now = now_ms()
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local counter = KEYS[1]
+local current = tonumber(redis.call('GET', counter) or '0')
 if current == nil then
-  return redis.error_reply('window key ' .. KEYS[1] .. ' does not hold an integer')
+  return redis.error_reply('window key ' .. counter .. ' does not hold an integer')
 end
-local ttl = redis.call('PTTL', KEYS[1])
+local ttl = redis.call('PTTL', counter)
 if ttl == -2 then
   return {0, 0, -2}
 end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. now)
-local live = redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf')
-local held = sum_amounts(KEYS[3], live, false)
-return {current - sum_amounts(KEYS[3], expired, false), held, ttl}
+local ends = {}
+local expired, held = 0, 0
+local entries = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for e = 1, #entries, 2 do
+  local field = redis.call('HGET', ARGV[1] .. entries[e], counter)
+  local units = field and units_in(counter, field, now, ends)
+  if units then
+    if tonumber(entries[e + 1]) < now then
+      expired = expired + units
+    else
+      held = held + units
+    end
+  end
+end
+return {current - expired, held, ttl}
 """
 )
 
-# KEYS: the hold record, then per window of the hold: counter, expiries, amounts.
+# KEYS: the hold index, the hold record, then each window's counter.
 # ARGV: hold_id, hold_ms. Moves a live hold's end to now + hold_ms. Returns 1, 0
 # (unknown, expired or every window ended: nothing changed) or -1 (as SETTLE).
 EXTEND = (
@@ -242,83 +325,59 @@ EXTEND = (
     + """
 local now = now_ms()
 local hold_id = ARGV[1]
-local n = (#KEYS - 1) / 3
-local refused, present = live_windows(hold_id, now)
+local counters = {}
+for i = 3, #KEYS do
+  counters[i - 2] = KEYS[i]
+end
+local refused, fields = hold_fields(KEYS[1], KEYS[2], hold_id, counters, now)
 if refused then
   return refused
 end
-if next(present) == nil then
-  return 0
-end
-local expires = now + tonumber(ARGV[2])
-for i = 1, n do
-  if present[i] then
-    redis.call('ZADD', KEYS[3 * i], 'XX', expires, hold_id)
+local ends = {}
+local counting = false
+for i = 1, #counters do
+  if units_in(counters[i], fields[i], now, ends) then
+    counting = true
+    break
   end
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if not counting then
+  return 0
+end
+local hold_ms = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', now + hold_ms, hold_id)
+raise_ttl(KEYS[2], hold_ms)
+raise_ttl(KEYS[1], hold_ms)
 return 1
 """
 )
 
-# Many holds settled in one call, each exactly as SETTLE would (a batch of the calls
-# that ended together; their windows are mostly the same few, named once).
-# KEYS: the holds' records (ARGV[1] of them), then the windows' triples (counter,
-# expiries, amounts) that any of them held in.
+# Many holds of one hash tag settled in one call, each exactly as SETTLE would (a
+# batch of the calls that ended together; their windows are mostly the same few,
+# named once).
+# KEYS: the hold index, the holds' records (ARGV[1] of them), then the counters of
+# the windows any of them held in.
 # ARGV: the number of holds, then per hold "<hold_id>\n<w>=<actual>,<w>=<actual>..."
-# with <w> the 1-based index of a window triple and <actual> empty to keep the
-# reserved units. Returns per hold what SETTLE returns: 1, 0 or -1.
+# with <w> the 1-based index of a counter and <actual> empty to keep the reserved
+# units. Returns per hold what SETTLE returns: 1, 0 or -1.
 SETTLE_MANY = (
     COMMON
     + """
 local now = now_ms()
+local index = KEYS[1]
 local holds = tonumber(ARGV[1])
+local ends = {}
 local out = {}
 for h = 1, holds do
   local spec = ARGV[h + 1]
   local cut = string.find(spec, '\\n', 1, true)
   local hold_id = string.sub(spec, 1, cut - 1)
-  local record = KEYS[h]
-  local firsts, actuals = {}, {}
+  local counters, actuals = {}, {}
   for w, actual in string.gmatch(string.sub(spec, cut + 1), '(%d+)=(%d*)') do
-    firsts[#firsts + 1] = holds + 3 * tonumber(w) - 2
+    counters[#counters + 1] = KEYS[1 + holds + tonumber(w)]
     actuals[#actuals + 1] = actual
   end
-  local result = nil
-  local present = {}
-  if redis.call('EXISTS', record) == 0 then
-    result = 0
-  elseif redis.call('HLEN', record) ~= #firsts then
-    result = -1
-  else
-    for j = 1, #firsts do
-      local counter = KEYS[firsts[j]]
-      if redis.call('HEXISTS', record, counter) == 0 then
-        result = -1
-        break
-      end
-      local expiry = redis.call('ZSCORE', KEYS[firsts[j] + 1], hold_id)
-      if expiry then
-        if tonumber(expiry) < now then
-          result = 0
-          break
-        end
-        present[j] = true
-      end
-    end
-  end
-  if result == nil then
-    redis.call('DEL', record)
-    result = 0
-    for j = 1, #firsts do
-      if present[j] then
-        result = 1
-        local w = firsts[j]
-        settle_window(KEYS[w], KEYS[w + 1], KEYS[w + 2], hold_id, actuals[j])
-      end
-    end
-  end
-  out[h] = result
+  out[h] = settle_hold(index, KEYS[h + 1], hold_id, counters, actuals, now, ends)
 end
 return out
 """

@@ -1,16 +1,25 @@
 """Reservations on Redis (``RedisStateStore.reserve`` / ``settle`` / ``release`` /
 ``window_total``): one Lua script per operation, so no replica ever sees half of one.
 
-Per window ``W`` (the counter ``admit_windows`` also uses, settled units plus live
-holds) there are two more keys, ending with ``W``'s window:
+Keys:
 
-- ``W|hold-expiry``: sorted set, hold id -> the hold's expiry (server milliseconds);
-- ``W|hold-amount``: hash, hold id -> units that hold put in ``W``.
+- the window counter ``W`` (the one ``admit_windows`` also uses): settled units plus
+  live holds' units, ending with its window;
+- one hold index per hash tag, ``holds:{<tag>}`` (``holds`` for ids without a tag):
+  sorted set, hold id -> the hold's expiry (server milliseconds). All windows of a
+  hold share its expiry, so one entry per hold replaces one per hold and window;
+- the hold's record ``hold:<hold_id>``: hash, window key -> "<units>:<window end>",
+  the end (server ms) the window had when the hold was taken.
 
-Each hold has a record ``hold:<hold_id>`` (hash: window key -> units), which lets
-``settle`` find its windows by id. A reservation's keys share a Redis Cluster slot
-when the window keys and the hold id carry one hash tag (``{<project>}``): every
-derived key keeps its window's tag.
+A hold's units count in ``W`` only while ``W`` still ends when it did at reserve
+time: a window that ends takes its holds with it, and a window restarted under the
+same key (which ends at least its span later) is neither charged nor refunded for
+them. The record lives as long as the longest of its windows (at least as long as
+the hold), so the purge of an expired hold still finds its units; the index lives
+at least as long as every record it names, and each reserve lengthens it only.
+
+A reservation's keys share a Redis Cluster slot when the window keys and the hold id
+carry one hash tag (``{<project>}``): the index and the record take the id's.
 
 Time is the Redis server's (``TIME`` inside the scripts), not the replica's: a hold
 taken on one replica is expired by another, and replicas' clocks drift; with one
@@ -53,14 +62,14 @@ _ATTEMPTS = 3
 _KNOWN_MAX = 65_536
 
 
-def _hash_tag(key: str) -> str:
-    """The part of ``key`` Redis Cluster hashes (``{...}``), else the whole key."""
+def _hash_tag(key: str) -> str | None:
+    """The part of ``key`` Redis Cluster hashes (``{...}``), if it has one."""
     start = key.find("{")
     if start >= 0:
         end = key.find("}", start + 1)
         if end > start + 1:
             return key[start + 1 : end]
-    return key
+    return None
 
 
 def _ms(seconds: float, name: str) -> int:
@@ -88,16 +97,17 @@ class RedisHolds:
     def _hold_key(self, hold_id: str) -> str:
         return f"{self._prefix}hold:{hold_id}"
 
-    @staticmethod
-    def _window_keys(counter: str) -> list[str]:
-        return [counter, counter + "|hold-expiry", counter + "|hold-amount"]
+    def _index_key(self, key: str) -> str:
+        """The hold index of ``key``'s hash tag (a hold id's, or a window key's)."""
+        tag = _hash_tag(key)
+        return f"{self._prefix}holds" if tag is None else f"{self._prefix}holds:{{{tag}}}"
 
     async def reserve(
         self, windows: Sequence[ReserveWindow], hold_id: str, hold_ttl: float
     ) -> MultiWindowDecision:
         check_reserve(windows, hold_id, hold_ttl)
         hold_ms = _ms(hold_ttl, "hold_ttl")
-        keys = [self._hold_key(hold_id)]
+        keys = [self._hold_key(hold_id), self._index_key(hold_id)]
         specs: list[str] = []
         prefix = self._prefix
         ceil = math.ceil
@@ -106,7 +116,7 @@ class RedisHolds:
             specs.append(f"{-1 if limit is None else limit},{ceil(ttl * 1000)},{amount}")
         if not windows:
             # Nothing to hold; but a live id is still an error, as in memory.
-            if await self._client.exists(keys[0]):
+            if await self._holds_live(keys[1], hold_id):
                 raise HoldInUseError(f"hold {hold_id!r} is still live")
             return MultiWindowDecision(True, ())
         raw = await self._reserve(keys=keys, args=[hold_id, hold_ms, ";".join(specs)])
@@ -123,8 +133,15 @@ class RedisHolds:
             )
         if allowed != "1":
             return MultiWindowDecision(False, tuple(counts))
-        self._remember(hold_id, hold_ttl, tuple(keys[1:]))
+        self._remember(hold_id, hold_ttl, tuple(keys[2:]))
         return MultiWindowDecision(True, tuple(counts))
+
+    async def _holds_live(self, index: str, hold_id: str) -> bool:
+        expiry = await self._client.zscore(index, hold_id)
+        if expiry is None:
+            return False
+        seconds, micros = await self._client.time()
+        return expiry >= seconds * 1000 + micros // 1000
 
     def _remember(self, hold_id: str, hold_ttl: float, counters: tuple[str, ...]) -> None:
         now = self._clock()
@@ -165,9 +182,9 @@ class RedisHolds:
         groups: dict[str, list[int]] = {}
         for index, (hold_id, _) in enumerate(settles):
             if hold_id in self._known:
-                groups.setdefault(_hash_tag(hold_id), []).append(index)
-        for indexes in groups.values():
-            await self._settle_group(settles, indexes, results)
+                groups.setdefault(self._index_key(hold_id), []).append(index)
+        for hold_index, indexes in groups.items():
+            await self._settle_group(hold_index, settles, indexes, results)
         for index, result in enumerate(results):
             if result is None:  # taken elsewhere, or its record changed: one by one
                 results[index] = await self.settle(*settles[index])
@@ -175,6 +192,7 @@ class RedisHolds:
 
     async def _settle_group(
         self,
+        hold_index: str,
         settles: Sequence[tuple[str, Mapping[str, int]]],
         indexes: list[int],
         results: list[bool | None],
@@ -192,11 +210,13 @@ class RedisHolds:
                 w = window_of.get(counter)
                 if w is None:
                     w = window_of[counter] = len(window_of) + 1
-                    windows += self._window_keys(counter)
+                    windows.append(counter)
                 actual = actuals.get(counter[plen:])
                 parts.append(f"{w}={'' if actual is None else actual}")
             specs.append(f"{hold_id}\n{','.join(parts)}")
-        outcomes = await self._settle_many(keys=[*keys, *windows], args=[len(indexes), *specs])
+        outcomes = await self._settle_many(
+            keys=[hold_index, *keys, *windows], args=[len(indexes), *specs]
+        )
         for i, outcome in zip(indexes, outcomes, strict=True):
             if int(outcome) != -1:
                 results[i] = int(outcome) == 1
@@ -231,6 +251,7 @@ class RedisHolds:
         Redis Cluster wants every key a script touches declared. The script checks the
         record still names those windows (-1 when not: read it again)."""
         hold_key = self._hold_key(hold_id)
+        index = self._index_key(hold_id)
         plen = len(self._prefix)
         counters = known
         for _ in range(_ATTEMPTS):
@@ -242,10 +263,12 @@ class RedisHolds:
                 counters = [k.decode() for k in record]
                 unknown = names - {c[plen:] for c in counters}
                 if unknown:
+                    # The record of an expired hold outlives it until purged; such a
+                    # hold is gone, as in memory, whatever windows are named.
+                    if not await self._holds_live(index, hold_id):
+                        return False, ()
                     raise UnknownHoldWindowError(f"hold {hold_id!r} has no window {min(unknown)!r}")
-            keys = [hold_key]
-            for counter in counters:
-                keys += self._window_keys(counter)
+            keys = [index, hold_key, *counters]
             outcome = int(await script(keys=keys, args=[hold_id, *args(counters)]))
             if outcome != -1:
                 return outcome == 1, counters
@@ -253,6 +276,8 @@ class RedisHolds:
         raise RuntimeError(f"hold {hold_id!r} kept changing under this call")
 
     async def window_total(self, key: str) -> WindowTotal:
-        total, held, ttl_ms = await self._total(keys=self._window_keys(self._prefix + key))
+        total, held, ttl_ms = await self._total(
+            keys=[self._prefix + key, self._index_key(key)], args=[self._hold_key("")]
+        )
         ttl = int(ttl_ms)
         return WindowTotal(key, int(total), int(held), None if ttl < 0 else ttl / 1000)
