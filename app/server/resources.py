@@ -76,17 +76,11 @@ from app.domain.webhooks.dispatcher import WebhookDispatcher
 from app.domain.webhooks.wiring import WebhooksWiring
 from app.lib.components import Component, Provides
 from app.lib.events.base import EventBus
-from app.lib.events.memory import MemoryEventBus
-from app.lib.events.redis import RedisEventBus
 from app.lib.http import UpstreamHttp, UpstreamLimits, build_http_client
 from app.lib.passwords import PasswordHasher
-from app.lib.redis_client import build_redis
 from app.lib.settings import Settings
 from app.lib.state.base import StateStore
-from app.lib.state.fallback import FallbackStateStore
-from app.lib.state.memory import MemoryStateStore
-from app.lib.state.redis import RedisStateStore
-from app.lib.state.script_pipe import PipeMetrics, StoreScripts
+from app.lib.state.script_pipe import StoreScripts
 from app.lib.tokens import TokenService
 from app.lib.vault import Vault
 from app.routing.aliases import AliasTable
@@ -100,6 +94,7 @@ from app.routing.shared_latency import SharedLatency
 from app.routing.shared_verdicts import SharedVerdicts
 from app.routing.vllm_metrics import VllmMetricsCache
 from app.server.metrics import HttpMetrics
+from app.server.shared_state import build_shared_state
 
 
 @dataclass(slots=True)
@@ -222,27 +217,10 @@ def build_resources(settings: Settings, password_hasher: PasswordHasher | None =
     # in SQLite unless every connection turns them on.
     install_sqlite_pragmas(db_config.get_engine())
     engine = db_config.get_engine()
-    redis: Redis | None = None
-    redis_scripts: StoreScripts | None = None
     metrics = HttpMetrics()
-    state_store: StateStore
-    event_bus: EventBus
-    if settings.redis_url:
-        redis = build_redis(settings.redis_url)
-        # One pipelined connection carries the hot scripts of the state store and of
-        # the usage stream, so a call's settle and its usage entry share one write.
-        redis_scripts = StoreScripts(redis)
-        if redis_scripts.pipe is not None:
-            metrics.registry.register(PipeMetrics(redis_scripts.pipe.stats))
-        # Redis down: pins, verdicts and sessions go on per replica (see fallback.py).
-        state_store = FallbackStateStore(
-            RedisStateStore(redis, prefix=settings.redis_prefix, scripts=redis_scripts),
-            registry=metrics.registry,
-        )
-        event_bus = RedisEventBus(redis, prefix=f"{settings.redis_prefix}events:")
-    else:
-        state_store = MemoryStateStore()
-        event_bus = MemoryEventBus()
+    shared = build_shared_state(settings, metrics.registry)
+    state_store, event_bus = shared.state_store, shared.event_bus
+    redis, redis_scripts = shared.redis, shared.redis_scripts
     bus = event_bus
     tokens = TokenService(settings.jwt_secret)
     vault = Vault(settings.vault_keys)

@@ -8,9 +8,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
-import msgspec
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -18,18 +16,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from app.domain.calls.metering import CallRecord, Meter
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.limits import QuotaLimitsCache
-from app.domain.usage.entry import UsageEntry
 from app.domain.usage.recorder import UsageRecorder
 from app.domain.usage.wal import UsageWal
-from app.domain.usage.wal_group import FIELD
 from app.domain.usage.writer import UsageWriter
-from app.lib.redis_client import build_redis
 from app.lib.state.redis import RedisStateStore
 from app.lib.state.script_pipe import ScriptPipe, StoreScripts
 from app.routing.types import Usage
 from tests.domain.test_quota_gate import Limits
 from tests.domain.test_quota_reservations import reserve, used
-from tests.support.state_harness import REDIS_URL
+from tests.domain.test_usage_wal import stream_of
 
 
 class Wired:
@@ -58,13 +53,6 @@ class Wired:
 
 
 @pytest.fixture
-async def redis() -> AsyncIterator[Redis]:
-    client = build_redis(REDIS_URL)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
 async def engine(pg_database: str) -> AsyncIterator[AsyncEngine]:
     engine = create_async_engine(pg_database)
     yield engine
@@ -79,24 +67,25 @@ async def wired(redis: Redis, engine: AsyncEngine) -> AsyncIterator[tuple[Wired,
     await w.close(redis)
 
 
-async def stream_of(redis: Redis, key: str) -> list[UsageEntry]:
-    entries: Any = await redis.xrange(key)
-    return [msgspec.msgpack.decode(fields[FIELD], type=UsageEntry) for _, fields in entries]
-
-
 def call_of(project_id: uuid.UUID, tokens: int) -> CallRecord:
     record = CallRecord(endpoint="chat", model_requested="m", project_id=project_id)
     record.usage = Usage(prompt_tokens=tokens - 2, completion_tokens=2)
     return record
 
 
+async def reserved_call(w: Wired, limits: Limits) -> tuple[uuid.UUID, CallRecord]:
+    """An admitted call holding 800 tokens of a 10,000-a-day project, that used 42."""
+    project_id = limits.project(tokens_per_day=10_000)
+    call = call_of(project_id, 42)
+    call.hold = await reserve(w.gate, project_id, tokens=800)
+    return project_id, call
+
+
 async def test_a_settle_and_its_usage_entry_leave_in_one_write(
     wired: tuple[Wired, Limits], redis: Redis
 ) -> None:
     w, limits = wired
-    project_id = limits.project(tokens_per_day=10_000)
-    call = call_of(project_id, 42)
-    call.hold = await reserve(w.gate, project_id, tokens=800)
+    project_id, call = await reserved_call(w, limits)
     writes, commands = w.pipe.stats.writes, w.pipe.stats.commands
     await w.meter.record(call)
     # The settle script and the append script, in one send(2).
@@ -128,9 +117,7 @@ async def test_with_the_pipe_down_the_entry_is_kept_and_the_call_is_not_failed(
     wired: tuple[Wired, Limits], redis: Redis
 ) -> None:
     w, limits = wired
-    project_id = limits.project(tokens_per_day=10_000)
-    call = call_of(project_id, 42)
-    call.hold = await reserve(w.gate, project_id, tokens=800)
+    _, call = await reserved_call(w, limits)
     await w.pipe.close()  # every later script call fails as Redis being away would
     await w.meter.record(call)  # never raises
     assert w.wal.fallbacks == 1  # the entry waits in memory for the stream to return

@@ -35,15 +35,8 @@ from tests.support.api import eventually
 from tests.support.auth import fresh_database
 from tests.support.gateway import ADMIN_TOKEN, GatewayEnv, open_env, unique
 from tests.support.runtime import runtime_env
-from tests.support.settings import REDIS_URL, AppFactory, with_settings
+from tests.support.settings import AppFactory, with_settings
 from tests.support.usage import FIELDS, count_of, entry, rename_usage_table, rows_of
-
-
-@pytest.fixture
-async def redis() -> AsyncIterator[Redis]:
-    client = build_redis(REDIS_URL)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -21,15 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.domain.usage.wal_group import StreamGroup
 from app.domain.usage.writer import UsageWriter
-from app.lib.redis_client import build_redis
-from tests.support.settings import REDIS_URL
-
-
-@pytest.fixture
-async def redis() -> AsyncIterator[Redis]:
-    client = build_redis(REDIS_URL)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture
