@@ -13,6 +13,25 @@
     setTimeout(function () { item.remove(); }, 6000);
   }
   document.addEventListener("toast", function (event) { show(event.detail); });
+  // htmx fires the answer's HX-Trigger events on the element that asked. When a live
+  // refresh has already replaced that element (an SSE update of the same table landed
+  // first), they no longer bubble to the document and the toast would be lost: show it
+  // here. readyState 4 comes before htmx's own onload, so a swap made by the answer
+  // itself is not mistaken for a refresh.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var asker = event.detail.elt;
+    var xhr = event.detail.xhr;
+    if (!asker || !xhr) { return; }
+    xhr.addEventListener("readystatechange", function () {
+      if (xhr.readyState !== 4 || asker.isConnected) { return; }
+      var header = xhr.getResponseHeader("HX-Trigger");
+      if (header && header.charAt(0) === "{") {
+        try { show(JSON.parse(header).toast); } catch (ignored) { /* not a JSON trigger */ }
+      } else if (!header && xhr.status >= 400) {
+        show({ level: "error", message: "The server answered " + xhr.status + "." });
+      }
+    });
+  });
   document.addEventListener("htmx:responseError", function (event) {
     var xhr = event.detail.xhr;
     if (xhr && !xhr.getResponseHeader("HX-Trigger")) {

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ ADMIN = bearer(ADMIN_TOKEN)
 # machine; the half-open step then waits it out.
 BREAKER_OPEN_SECONDS = 2.0
 HEALTH_ROUNDS_NEVER = 3600.0
+REPROBE_AFTER_SECONDS = 3.0
 
 
 def unique(tag: str) -> str:
@@ -96,10 +98,27 @@ class GatewayEnv:
         return body
 
     async def wait_health(self, name: str, status: str, within: float = 10.0) -> float:
-        async def reached() -> bool:
-            return bool((await self.backend(name))["health"]["status"] == status)
+        """Wait until ``name`` shows ``status``. Health rounds are off in these tests,
+        so a registration probe lost to a loaded machine (its 2 s timeout) would never
+        be retried: probe again, as an admin would, while the status is not reached."""
+        last_probe = time.monotonic()
+        seen: list[Any] = []
 
-        return await eventually(reached, within=within)
+        async def reached() -> bool:
+            nonlocal last_probe
+            health = (await self.backend(name))["health"]
+            seen[:] = [health]
+            if health["status"] == status:
+                return True
+            if time.monotonic() - last_probe > REPROBE_AFTER_SECONDS:
+                await self.http.post(f"/api/admin/backends/{name}/probe", headers=ADMIN)
+                last_probe = time.monotonic()
+            return False
+
+        try:
+            return await eventually(reached, within=within)
+        except AssertionError as exc:
+            raise AssertionError(f"{name} not {status}: last seen {seen}") from exc
 
     async def probe_all(self) -> None:
         """Run a health round now instead of waiting for the interval."""
