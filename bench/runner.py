@@ -4,6 +4,7 @@ repetitions, tear everything down (also on errors and Ctrl-C), report."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import resource
 import secrets
 import shutil
@@ -24,6 +25,7 @@ from bench.procstat import rss_mb
 from bench.report import ReportContext, render, write
 from bench.results import MEMORY, Results
 from bench.scenarios import SCENARIOS, Measurer, Sample, Scenario
+from bench.service_pinning import services_off_sut_core
 from bench.systems import SYSTEM_ORDER, FakeUpstream, System, start_fake
 from bench.wrkload import ensure_wrk, wrk_version
 
@@ -141,6 +143,7 @@ def run(options: Options) -> int:
         "without a database, so it writes no spend logs",
     ]
     failed = False
+    pins = contextlib.ExitStack()
     try:
         install = None
         if "litellm" in options.systems:
@@ -175,6 +178,7 @@ def run(options: Options) -> int:
             notes.append(f"LiteLLM {litellm_info['status']}")
         systems.sort(key=lambda s: SYSTEM_ORDER.index(s.key))
         measurer = Measurer(wrk, fake, run_dir, options.hold_seconds)
+        notes.append(pins.enter_context(services_off_sut_core(measurer.services)))
         warm = [s for s in SCENARIOS if s.key in WARMUP_SCENARIOS]
         warmed: dict[str, float] = {}
         for system in systems:
@@ -206,6 +210,7 @@ def run(options: Options) -> int:
         say(f"benchmark failed: {exc}\n(logs kept in {run_dir})")
         return 1
     finally:
+        pins.close()
         say("stopping every process the benchmark started...")
         supervisor.stop_all()
         closed = [*deployment.close(), *limited.close(), *quota.close(), *before.close()]
