@@ -376,6 +376,25 @@ async def test_a_cancelled_call_gives_its_reservation_back(
     assert (await used(gate, limits, project_id))["tokens/day"] == 0
 
 
+async def test_a_settle_is_sent_even_when_its_waiter_is_cancelled(
+    harness: Harness, limits: Limits
+) -> None:
+    project_id = limits.project(tokens_per_day=1_000)
+    gate = gate_on(harness.state(), limits)
+    first = await reserve(gate, project_id, tokens=300)
+    second = await reserve(gate, project_id, tokens=300)
+    assert first is not None
+    assert second is not None
+    waiter = asyncio.ensure_future(first.settle(tokens=10, cost_micros=0))
+    other = second.settle(tokens=20, cost_micros=0)  # same batch, awaited to the end
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await other
+    await gate.drain()
+    assert (await used(gate, limits, project_id))["tokens/day"] == 30
+
+
 async def test_a_metered_call_settles_its_tokens(harness: Harness, limits: Limits) -> None:
     project_id = limits.project(tokens_per_day=1_000)
     gate = gate_on(harness.state(), limits)

@@ -91,7 +91,9 @@ class SettleBatch:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         self._pending.append((hold, actuals, done))
-        return asyncio.shield(done)
+        # Not shielded: an awaiter cancelled cancels only its own future, which the
+        # batch then skips; the settle itself is sent all the same.
+        return done
 
     async def _send_pending(self) -> None:
         batch, self._pending = self._pending, []
