@@ -20,12 +20,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 from bench.procs import SUT_CPU, USABLE_CPUS
-from bench.procstat import descendants
-
-PROC = Path("/proc")
+from bench.procstat import PROC, descendants
 
 
 def _threads(pid: int) -> list[int]:

@@ -12,6 +12,10 @@
     box.appendChild(item);
     setTimeout(function () { item.remove(); }, 6000);
   }
+  // An error answer without its own toast must not pass silently.
+  function showUnexplained(xhr) {
+    show({ level: "error", message: "The server answered " + xhr.status + "." });
+  }
   document.addEventListener("toast", function (event) { show(event.detail); });
   // htmx fires the answer's HX-Trigger events on the element that asked. When a live
   // refresh has already replaced that element (an SSE update of the same table landed
@@ -28,14 +32,14 @@
       if (header && header.charAt(0) === "{") {
         try { show(JSON.parse(header).toast); } catch (ignored) { /* not a JSON trigger */ }
       } else if (!header && xhr.status >= 400) {
-        show({ level: "error", message: "The server answered " + xhr.status + "." });
+        showUnexplained(xhr);
       }
     });
   });
   document.addEventListener("htmx:responseError", function (event) {
     var xhr = event.detail.xhr;
     if (xhr && !xhr.getResponseHeader("HX-Trigger")) {
-      show({ level: "error", message: "The server answered " + xhr.status + "." });
+      showUnexplained(xhr);
     }
   });
   // A refused form (422) comes back re-rendered with its errors: swap it like a 200.

@@ -102,13 +102,12 @@ class GatewayEnv:
         so a registration probe lost to a loaded machine (its 2 s timeout) would never
         be retried: probe again, as an admin would, while the status is not reached."""
         last_probe = time.monotonic()
-        seen: list[Any] = []
+        seen: Any = None
 
         async def reached() -> bool:
-            nonlocal last_probe
-            health = (await self.backend(name))["health"]
-            seen[:] = [health]
-            if health["status"] == status:
+            nonlocal last_probe, seen
+            seen = (await self.backend(name))["health"]
+            if seen["status"] == status:
                 return True
             if time.monotonic() - last_probe > REPROBE_AFTER_SECONDS:
                 await self.http.post(f"/api/admin/backends/{name}/probe", headers=ADMIN)
