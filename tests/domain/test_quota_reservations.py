@@ -234,14 +234,33 @@ async def test_a_long_call_keeps_its_hold_alive(harness: Harness, limits: Limits
     assert (await used(gate, limits, project_id))["tokens/day"] == 100
 
 
+async def test_holds_are_kept_by_one_timer_that_stops_when_none_is_live(
+    harness: Harness, limits: Limits
+) -> None:
+    """The keeper arms one timer while holds are live and none when they are all
+    settled, so an idle replica wakes for nothing; a settled hold is not extended."""
+    project_id = limits.project(tokens_per_day=10_000)
+    gate = gate_on(harness.state(), limits, hold_ttl=0.4)
+    keeper = gate.hold_keeper
+    holds = [await reserve(gate, project_id, tokens=100) for _ in range(3)]
+    assert all(h is not None for h in holds)
+    assert keeper._timer is not None
+    for hold in holds:
+        assert hold is not None
+        await hold.settle(tokens=10, cost_micros=0)
+    assert not keeper._live
+    await asyncio.sleep(0.25)  # past a tick: it finds nothing and re-arms nothing
+    assert keeper._timer is None
+    assert (await used(gate, limits, project_id))["tokens/day"] == 30
+
+
 async def test_a_dead_replicas_hold_expires(harness: Harness, limits: Limits) -> None:
     project_id = limits.project(tokens_per_day=1_000)
     store = harness.state()
     gate = gate_on(store, limits, hold_ttl=0.3)
     hold = await reserve(gate, project_id, tokens=900)
     assert hold is not None
-    assert hold._beat is not None
-    hold._beat.cancel()  # the replica died: nothing extends the hold any more
+    gate.hold_keeper.stop()  # the replica died: nothing extends the hold any more
     await asyncio.sleep(0.5)
     assert await code_of(gate, project_id, tokens=900) == "admitted"
 

@@ -16,6 +16,7 @@ from app.routing.types import Usage
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)
+MINUTE = datetime.timedelta(minutes=1)
 
 
 def price(
@@ -60,6 +61,22 @@ def test_a_backends_price_beats_every_model_wide_one_then_names_go_in_order() ->
     assert table.match(["alias", "profile", "base"], "other", at) is alias
     assert table.match(["profile", "base"], None, at) is base
     assert table.match(["nothing"], "b", at) is None
+
+
+def test_the_dearest_price_follows_prices_taking_effect_while_memoized() -> None:
+    """Admission asks the same names on every call (memoized): a price that takes
+    effect later, or a moment before the memo's, still decides."""
+    usage = Usage(prompt_tokens=1_000_000, completion_tokens=0, estimated=True)
+    cheap = price("m", input_micros=1_000_000)
+    dear_later = price("m", backend="b", at=T0 + HOUR, input_micros=3_000_000)
+    table = PriceTable([cheap, dear_later, price("other", input_micros=9_000_000)])
+    assert table.dearest(["m"], usage, T0, embedding=False) == 1_000_000
+    assert table.dearest(["m"], usage, T0 + 30 * MINUTE, embedding=False) == 1_000_000
+    assert table.dearest(["m"], usage, T0 + HOUR, embedding=False) == 3_000_000
+    assert table.dearest(["m"], usage, T0 - HOUR, embedding=False) == 0  # back in time
+    assert table.dearest(["m"], usage, T0 + 2 * HOUR, embedding=False) == 3_000_000
+    assert table.dearest(["m", "other"], usage, T0 + 2 * HOUR, embedding=False) == 9_000_000
+    assert table.dearest(["nothing"], usage, T0 + 2 * HOUR, embedding=False) == 0
 
 
 def test_cost_is_exact_and_rounded_half_up_in_micro_units() -> None:

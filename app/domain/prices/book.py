@@ -106,10 +106,13 @@ class Price:
         return (numerator + PER_MILLION // 2) // PER_MILLION
 
 
+_MAX_MEMOIZED_NAMES = 1024
+
+
 class PriceTable:
     """One owner's prices by (model, backend), each list newest first."""
 
-    __slots__ = ("_backends", "_rows", "size")
+    __slots__ = ("_backends", "_in_force", "_in_force_since", "_in_force_until", "_rows", "size")
 
     def __init__(self, prices: Iterable[Price]) -> None:
         rows: dict[tuple[str, str | None], list[Price]] = {}
@@ -122,6 +125,11 @@ class PriceTable:
         for model, backend in rows:
             self._backends.setdefault(model, []).append(backend)
         self.size = sum(len(history) for history in rows.values())
+        # The prices in force for a tuple of names (admission asks the same few names
+        # on every call), valid until the next price takes effect.
+        self._in_force: dict[tuple[str, ...], tuple[Price, ...]] = {}
+        self._in_force_until: datetime.datetime | None = None
+        self._in_force_since = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 
     def dearest(
         self, names: Sequence[str], usage: Usage, at: datetime.datetime, *, embedding: bool
@@ -129,13 +137,38 @@ class PriceTable:
         """What ``usage`` costs at the dearest price in force for any of ``names`` on
         any backend (0 when none has one): before routing the backend, and so the
         price ``cost_of`` will pick, is unknown, and a reservation must not be short."""
-        costs = [
-            price.cost_micros(usage, embedding=embedding)
-            for name in names
-            for backend in self._backends.get(name, ())
-            if (price := self.in_force(name, backend, at)) is not None
-        ]
-        return max(costs, default=0)
+        return max(
+            (price.cost_micros(usage, embedding=embedding) for price in self._prices_of(names, at)),
+            default=0,
+        )
+
+    def _prices_of(self, names: Sequence[str], at: datetime.datetime) -> tuple[Price, ...]:
+        """The prices in force at ``at`` for ``names`` on every backend (memoized while
+        no later price takes effect; ``at`` moving back, as in tests, recomputes)."""
+        until = self._in_force_until
+        if until is None or at >= until or at < self._in_force_since:
+            self._in_force.clear()
+            later = [
+                p.effective_from
+                for history in self._rows.values()
+                for p in history
+                if p.effective_from > at
+            ]
+            never = datetime.datetime.max.replace(tzinfo=at.tzinfo)
+            self._in_force_until = min(later, default=never)
+            self._in_force_since = at
+        key = tuple(names)
+        prices = self._in_force.get(key)
+        if prices is None:
+            if len(self._in_force) >= _MAX_MEMOIZED_NAMES:
+                self._in_force.clear()
+            prices = self._in_force[key] = tuple(
+                price
+                for name in names
+                for backend in self._backends.get(name, ())
+                if (price := self.in_force(name, backend, at)) is not None
+            )
+        return prices
 
     def in_force(self, model: str, backend: str | None, at: datetime.datetime) -> Price | None:
         """The price of exactly (model, backend) in force at ``at``."""

@@ -137,9 +137,11 @@ class BudgetAlerts:
         now: float,
     ) -> None:
         for window, used in zip(windows, counts, strict=True):
-            if window.limit is None or window.name == "minute" or window.limit <= 0:
+            limit = window.limit
+            # Most calls cross nothing: one comparison per window tells.
+            if not limit or limit < 0 or used * 100 < limit * _LOWEST or window.name == "minute":
                 continue
-            threshold = _crossed(used, window.limit)
+            threshold = _crossed(used, limit)
             if threshold is None:
                 continue
             marker = f"{window.key}|alert:{threshold}"
@@ -222,6 +224,9 @@ class BudgetAlerts:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+_LOWEST = min(THRESHOLDS)
 
 
 def _crossed(used: int, limit: int) -> int | None:

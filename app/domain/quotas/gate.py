@@ -69,10 +69,11 @@ from app.domain.quotas.errors import (
     QuotaUnavailableError,
     WindowName,
 )
-from app.domain.quotas.holds import Hold, HoldFailures, SettleBatch
+from app.domain.quotas.holds import Hold, HoldFailures, HoldKeeper, SettleBatch
 from app.domain.quotas.limits import QuotaLimits, QuotaLimitsCache
 from app.domain.quotas.refusals import refusal_message
 from app.domain.quotas.windows import (
+    KEY_GRACE_SECONDS,
     WINDOWS,
     Buckets,
     KeyLimits,
@@ -86,7 +87,7 @@ from app.domain.quotas.windows import (
     request_windows,
 )
 from app.lib.log_budget import RepeatBudget
-from app.lib.state.base import MultiWindowDecision, StateStore
+from app.lib.state.base import MultiWindowDecision, ReserveWindow, StateStore
 
 __all__ = [
     "CallEstimate",
@@ -185,6 +186,7 @@ class QuotaGate:
             }
         self.hold_failures = HoldFailures(settle_metric, log_interval)
         self._settles = SettleBatch(store, self.hold_failures)
+        self.hold_keeper = HoldKeeper(store, hold_ttl, self.hold_failures)
         self._plans = PlanCache()
 
     async def check(
@@ -249,11 +251,16 @@ class QuotaGate:
             ),
         )
         wanted = await estimate()
-        amounts = [_amount(w.metric, wanted) for w in plan]
+        # One amount per metric, picked by each window's (the plan's are few and fixed).
+        by_metric = {"requests": 1, "tokens": wanted.tokens, "cost": wanted.cost_micros}
+        amounts = [by_metric[w.metric] for w in plan]
         hold_id = f"{project_base(project_id)}:h:{self._hold_prefix}{next(self._hold_serial):x}"
         try:
             decision = await self._store.reserve(
-                [w.reserve(now, a) for w, a in zip(plan, amounts, strict=True)],
+                [
+                    ReserveWindow(w.key, w.limit, w.resets_at - now + KEY_GRACE_SECONDS, a)
+                    for w, a in zip(plan, amounts, strict=True)
+                ],
                 hold_id,
                 self.hold_ttl,
             )
@@ -269,14 +276,16 @@ class QuotaGate:
             hold_id,
             plan,
             amounts,
-            hold_ttl=self.hold_ttl,
+            keeper=self.hold_keeper,
             clock=self._clock,
             failures=self.hold_failures,
             batch=self._settles,
         )
 
     async def drain(self) -> None:
-        """Send the settles queued now and wait for them (shutdown)."""
+        """Send the settles queued now and wait for them; extend no hold any more
+        (shutdown)."""
+        self.hold_keeper.stop()
         await self._settles.drain()
 
     async def usage(self, project_id: UUID, limits: QuotaLimits) -> dict[WindowName, WindowUsage]:
@@ -374,14 +383,6 @@ class QuotaGate:
 
 
 _RANK: dict[Metric, int] = {"requests": 0, "tokens": 1, "cost": 2}
-
-
-def _amount(metric: Metric, estimate: CallEstimate) -> int:
-    if metric == "tokens":
-        return estimate.tokens
-    if metric == "cost":
-        return estimate.cost_micros
-    return 1
 
 
 def _utc(epoch: float) -> datetime.datetime:

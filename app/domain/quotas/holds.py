@@ -8,8 +8,9 @@ request stays counted.
 
 The hold lives ``hold_ttl`` seconds in the store, so that a SIGKILLed replica's
 in-flight units come back on their own. A call that runs longer keeps its hold alive:
-a timer (no task, no per-chunk work) extends it every half TTL until the settle, for
-at most ``MAX_EXTENDED_SECONDS``.
+the gate's ``HoldKeeper`` (one timer for all of a gate's holds, no per-call timer,
+task or per-chunk work) extends each hold a quarter to a half TTL after it was taken
+or last extended, until the settle, for at most ``MAX_EXTENDED_SECONDS``.
 
 When the settle cannot reach its hold (the store was down for longer than the hold
 lived, or the extension failed), the call's actual units are added to the windows
@@ -118,20 +119,84 @@ class SettleBatch:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
+class HoldKeeper:
+    """Keeps a gate's live holds alive with one timer: a tick every quarter TTL (only
+    while some hold is live) extends the holds taken or last extended at least a
+    quarter TTL ago, so each is renewed with between a half and three quarters of its
+    life left. A call costs a dict insert and a delete, where a timer of its own cost a
+    heap push and left a cancelled handle in the loop's heap for the rest of its delay.
+    Holds are kept in the order they were taken or last extended, so a tick stops at
+    the first one still fresh."""
+
+    __slots__ = ("_failures", "_live", "_store", "_tasks", "_timer", "hold_ttl")
+
+    def __init__(self, store: StateStore, hold_ttl: float, failures: HoldFailures) -> None:
+        self._store = store
+        self.hold_ttl = hold_ttl
+        self._failures = failures
+        self._live: dict[Hold, tuple[float, float]] = {}
+        """hold -> (loop time it was taken or last extended, loop time past which it is
+        no longer extended)."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def keep(self, hold: Hold) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._live[hold] = (now, now + MAX_EXTENDED_SECONDS)
+        if self._timer is None:
+            self._timer = loop.call_later(self.hold_ttl / 4, self._tick)
+
+    def drop(self, hold: Hold) -> None:
+        self._live.pop(hold, None)
+
+    def stop(self) -> None:
+        """Extend nothing any more (shutdown; tests use it to play a dead replica)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._live.clear()
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due_before = now - self.hold_ttl / 4
+        due: list[Hold] = []
+        for hold, (renewed, _until) in self._live.items():
+            if renewed > due_before:
+                break  # kept in renewal order: the rest are fresher
+            due.append(hold)
+        for hold in due:
+            _, until = self._live.pop(hold)
+            if now > until:
+                continue  # abandoned by a bug: let its units come back
+            self._live[hold] = (now, until)  # to the end: renewal order kept
+            task = loop.create_task(self._extend(hold))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._timer = loop.call_later(self.hold_ttl / 4, self._tick) if self._live else None
+
+    async def _extend(self, hold: Hold) -> None:
+        try:
+            alive = await self._store.extend(hold.hold_id, self.hold_ttl)
+        except Exception as exc:
+            self._failures.failed("could not extend a call's quota hold", exc)
+            return  # the store is away: the next tick tries again
+        if not alive:
+            self._live.pop(hold, None)
+
+
 class Hold:
     """A live reservation (see the module doc); ``settle`` exactly once."""
 
     __slots__ = (
         "_batch",
-        "_beat",
         "_clock",
-        "_extend_until",
         "_failures",
+        "_keeper",
         "_store",
-        "_task",
         "amounts",
         "hold_id",
-        "hold_ttl",
         "settled",
         "windows",
     )
@@ -143,7 +208,7 @@ class Hold:
         windows: Sequence[PlannedWindow],
         amounts: Sequence[int],
         *,
-        hold_ttl: float,
+        keeper: HoldKeeper,
         clock: Clock,
         failures: HoldFailures,
         batch: SettleBatch | None = None,
@@ -151,31 +216,17 @@ class Hold:
         self._store = store
         self._batch = batch
         self.hold_id = hold_id
-        self.windows = tuple(windows)
-        self.amounts = tuple(amounts)
-        self.hold_ttl = hold_ttl
+        self.windows = windows
+        self.amounts = amounts
+        self._keeper = keeper
         self._clock = clock
         self._failures = failures
         self.settled = False
-        self._task: asyncio.Task[None] | None = None
-        self._extend_until = asyncio.get_running_loop().time() + MAX_EXTENDED_SECONDS
-        self._beat: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
-            hold_ttl / 2, self._extend
-        )
+        keeper.keep(self)
 
-    def _extend(self) -> None:
-        if self.settled or asyncio.get_running_loop().time() > self._extend_until:
-            return
-        self._task = asyncio.get_running_loop().create_task(self._extended())
-
-    async def _extended(self) -> None:
-        try:
-            alive = await self._store.extend(self.hold_id, self.hold_ttl)
-        except Exception as exc:
-            self._failures.failed("could not extend a call's quota hold", exc)
-            alive = True  # the store is away: try again, the hold may outlive it
-        if alive and not self.settled:
-            self._beat = asyncio.get_running_loop().call_later(self.hold_ttl / 2, self._extend)
+    @property
+    def hold_ttl(self) -> float:
+        return self._keeper.hold_ttl
 
     def actuals(self, tokens: int, cost_micros: int) -> dict[str, int]:
         """The settle's actual amounts: tokens and cost; requests keep their 1."""
@@ -190,8 +241,7 @@ class Hold:
         if self.settled:
             return _nothing()
         self.settled = True
-        if self._beat is not None:
-            self._beat.cancel()
+        self._keeper.drop(self)
         actuals = self.actuals(tokens, cost_micros)
         if self._batch is not None:
             return self._batch.join(self, actuals)
@@ -209,8 +259,7 @@ class Hold:
         if self.settled:
             return
         self.settled = True
-        if self._beat is not None:
-            self._beat.cancel()
+        self._keeper.drop(self)
         try:
             await self._store.release(self.hold_id)
         except Exception as exc:
