@@ -20,7 +20,7 @@ from app.domain.quotas.gate import (
     QuotaGate,
     QuotaUnavailableError,
 )
-from app.domain.quotas.holds import Hold
+from app.domain.quotas.holds import CallHold
 from app.domain.quotas.limits import QuotaLimitsCache
 from app.lib.events.memory import MemoryEventBus
 from app.lib.state.base import StateStore
@@ -67,7 +67,7 @@ async def reserve(
     tokens: int = 0,
     cost: int = 0,
     key: KeyLimits | None = None,
-) -> Hold | None:
+) -> CallHold | None:
     return await gate.reserve(project_id, key, Estimates(tokens, cost))
 
 

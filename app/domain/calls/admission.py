@@ -42,7 +42,7 @@ from app.domain.custom_llms.directory import (
 )
 from app.domain.overrides.index import OverrideIndex
 from app.domain.quotas.gate import CallEstimate, KeyLimits, QuotaGate
-from app.domain.quotas.holds import Hold
+from app.domain.quotas.holds import CallHold
 from app.routing.direct_targets import DirectTargets
 from app.routing.errors import ModelNotFoundError
 from app.routing.registry import BackendState
@@ -58,7 +58,7 @@ class Admission:
     is_override_key: bool = False
     max_output_tokens: int | None = None
     """The custom LLM's limit, for callers that check ``max_tokens`` against it."""
-    hold: Hold | None = field(default=None, repr=False)
+    hold: CallHold | None = field(default=None, repr=False)
     """The call's reservation, settled by the meter (``None``: nothing held)."""
 
 
@@ -139,7 +139,7 @@ class CallAdmission:
         names: Sequence[str],
         *,
         project_quota: bool,
-    ) -> Hold | None:
+    ) -> CallHold | None:
         """The one atomic admission of a call: the project's windows (unless the call
         is outside its quota) and the key's, holding the call's estimate where a
         token limit or budget counts it."""

@@ -21,7 +21,7 @@ import structlog
 
 from app.domain.calls.admission import Admission
 from app.domain.calls.callers import Caller
-from app.domain.quotas.holds import Hold
+from app.domain.quotas.holds import CallHold
 from app.domain.records import copied
 from app.domain.usage.entry import UsageEntry, UsageSink
 from app.lib.clock import utcnow
@@ -65,7 +65,7 @@ class CallRecord:
     """What the call cost in micro-units of ``currency`` (None: unpriced)."""
     currency: str | None = None
     cost_estimated: bool = False
-    hold: Hold | None = None
+    hold: CallHold | None = None
     """The admission's reservation, settled to this call's use when it is metered."""
 
     def charged_to(self, caller: Caller) -> None:

@@ -69,7 +69,8 @@ from app.domain.quotas.errors import (
     QuotaUnavailableError,
     WindowName,
 )
-from app.domain.quotas.holds import Hold, HoldFailures, HoldKeeper, SettleBatch
+from app.domain.quotas.holds import CallHold, Hold, HoldFailures, HoldKeeper, SettleBatch
+from app.domain.quotas.leases import Leases
 from app.domain.quotas.limits import QuotaLimits, QuotaLimitsCache
 from app.domain.quotas.refusals import refusal_message
 from app.domain.quotas.windows import (
@@ -185,8 +186,9 @@ class QuotaGate:
                 True: failures.labels("fail_closed"),
             }
         self.hold_failures = HoldFailures(settle_metric, log_interval)
-        self._settles = SettleBatch(store, self.hold_failures)
+        self._settles = SettleBatch(store, self.hold_failures, clock)
         self.hold_keeper = HoldKeeper(store, hold_ttl, self.hold_failures)
+        self.leases = Leases(self._settles, self.hold_keeper)
         self._plans = PlanCache()
 
     async def check(
@@ -225,9 +227,11 @@ class QuotaGate:
         estimate: EstimateOf,
         *,
         project_quota: bool = True,
-    ) -> Hold | None:
+    ) -> CallHold | None:
         """Admit one call or raise, holding its estimated tokens and cost in every
-        window that limits them, in one atomic step with its request windows.
+        window that limits them, in one atomic step with its request windows (or, while
+        the caller's windows have plenty of room, from a lease of this replica: see
+        ``app.domain.quotas.leases``).
 
         ``estimate`` is awaited only when some window counts tokens or cost. Returns
         the hold to settle when the call is over (``Hold.settle``), or ``None`` when
@@ -254,23 +258,26 @@ class QuotaGate:
         # One amount per metric, picked by each window's (the plan's are few and fixed).
         by_metric = {"requests": 1, "tokens": wanted.tokens, "cost": wanted.cost_micros}
         amounts = [by_metric[w.metric] for w in plan]
-        hold_id = f"{project_base(project_id)}:h:{self._hold_prefix}{next(self._hold_serial):x}"
-        try:
-            decision = await self._store.reserve(
-                [
-                    ReserveWindow(w.key, w.limit, w.resets_at - now + KEY_GRACE_SECONDS, a)
-                    for w, a in zip(plan, amounts, strict=True)
-                ],
-                hold_id,
-                self.hold_ttl,
-            )
-        except Exception as exc:
-            self._store_failed(project_id, limits, exc)
-            return None
-        if not decision.allowed:
-            raise self._refusal(project_id, plan, decision, now, amounts)
+        leased = self.leases.take(plan, amounts)
+        if leased is not None:
+            return leased
+        calls = self.leases.calls_to_reserve(plan)
+        decision = await self._reserve(project_id, limits, plan, amounts, calls, now)
+        if decision is not None and not decision[1].allowed and calls > 1:
+            # No room for a lease: the call alone, as near a limit every call is.
+            self.leases.learn(plan, amounts, decision[1])
+            calls = 1
+            decision = await self._reserve(project_id, limits, plan, amounts, calls, now)
+        if decision is None:
+            return None  # the store failed; fail-open admits the call uncounted
+        hold_id, answer = decision
+        if not answer.allowed:
+            raise self._refusal(project_id, plan, answer, now, amounts)
         if self.alerts is not None:
-            self.alerts.observe(project_id, plan, [w.current for w in decision.windows], now)
+            self.alerts.observe(project_id, plan, [w.current for w in answer.windows], now)
+        self.leases.learn(plan, amounts, answer)
+        if calls > 1:
+            return self.leases.open(plan, hold_id, amounts, calls)
         return Hold(
             self._store,
             hold_id,
@@ -282,9 +289,37 @@ class QuotaGate:
             batch=self._settles,
         )
 
+    async def _reserve(
+        self,
+        project_id: UUID,
+        limits: QuotaLimits,
+        plan: Sequence[PlannedWindow],
+        amounts: Sequence[int],
+        calls: int,
+        now: float,
+    ) -> tuple[str, MultiWindowDecision] | None:
+        """One reservation of ``calls`` calls of ``amounts``: its hold id and the
+        store's answer; None when the store failed and the project is fail-open
+        (fail-closed raises)."""
+        hold_id = f"{project_base(project_id)}:h:{self._hold_prefix}{next(self._hold_serial):x}"
+        try:
+            answer = await self._store.reserve(
+                [
+                    ReserveWindow(w.key, w.limit, w.resets_at - now + KEY_GRACE_SECONDS, a * calls)
+                    for w, a in zip(plan, amounts, strict=True)
+                ],
+                hold_id,
+                self.hold_ttl,
+            )
+        except Exception as exc:
+            self._store_failed(project_id, limits, exc)
+            return None
+        return hold_id, answer
+
     async def drain(self) -> None:
         """Send the settles queued now and wait for them; extend no hold any more
         (shutdown)."""
+        self.leases.close_all()
         self.hold_keeper.stop()
         await self._settles.drain()
 

@@ -22,8 +22,9 @@ _total``, and the overshoot docs/deployment.md describes).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import structlog
 
@@ -63,6 +64,16 @@ class HoldFailures:
             logger.warning(message, error=repr(exc), failures_not_logged=held)
 
 
+@dataclass(slots=True)
+class _Part:
+    """The calls of one lease that ended in one event-loop turn, summed."""
+
+    windows: Sequence[PlannedWindow]
+    held: list[int]
+    actual: list[int]
+    waiters: list[asyncio.Future[None]]
+
+
 class SettleBatch:
     """Settles the holds of calls that end in the same event-loop turn in one store
     call (``settle_many``): each settle still waits for its batch's answer, so a
@@ -70,35 +81,99 @@ class SettleBatch:
     concurrency the store is called once per turn rather than once per call, and
     most of a settle's arguments (the windows every call of a project shares) are
     named once per batch. A settle whose hold was gone is counted late
-    (``Hold.count_late``)."""
+    (``count_late``).
 
-    __slots__ = ("_failures", "_pending", "_store", "_tasks")
+    Calls admitted under a lease (``app.domain.quotas.leases``) end as parts of the
+    lease's hold: those of one lease in one turn are summed into one ``settle_part``,
+    and a lease done with returns its rest (``release``) after its parts."""
 
-    def __init__(self, store: StateStore, failures: HoldFailures) -> None:
+    __slots__ = (
+        "_clock",
+        "_failures",
+        "_parts",
+        "_pending",
+        "_releases",
+        "_scheduled",
+        "_store",
+        "_tasks",
+    )
+
+    def __init__(self, store: StateStore, failures: HoldFailures, clock: Clock) -> None:
         self._store = store
         self._failures = failures
+        self._clock = clock
         self._pending: list[tuple[Hold, dict[str, int], asyncio.Future[None]]] = []
+        self._parts: dict[str, _Part] = {}
+        self._releases: list[str] = []
+        self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def _schedule(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if not self._scheduled:
+            self._scheduled = True
+            task = loop.create_task(self._send_pending())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return loop
 
     def join(self, hold: Hold, actuals: dict[str, int]) -> asyncio.Future[None]:
         """Queue a settle now; the future is done once the batch it joined was sent
         (never an error). The batch leaves in the next event-loop turn, the one in
         which the usage entries of the same calls leave too, so on the app's script
         pipe both go out in one write."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        if not self._pending:
-            task = loop.create_task(self._send_pending())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        done: asyncio.Future[None] = self._schedule().create_future()
         self._pending.append((hold, actuals, done))
         # Not shielded: an awaiter cancelled cancels only its own future, which the
         # batch then skips; the settle itself is sent all the same.
         return done
 
+    def join_part(
+        self,
+        hold_id: str,
+        windows: Sequence[PlannedWindow],
+        held: Sequence[int],
+        actual: Sequence[int],
+    ) -> asyncio.Future[None]:
+        """Queue the end of one call of a lease (``held`` leaves the lease's hold,
+        ``actual`` is counted; per window); as ``join`` otherwise."""
+        done: asyncio.Future[None] = self._schedule().create_future()
+        part = self._parts.get(hold_id)
+        if part is None:
+            self._parts[hold_id] = _Part(windows, list(held), list(actual), [done])
+        else:
+            for i, (h, a) in enumerate(zip(held, actual, strict=True)):
+                part.held[i] += h
+                part.actual[i] += a
+            part.waiters.append(done)
+        return done
+
+    def join_release(self, hold_id: str) -> None:
+        """Queue giving back what a lease still holds, after its parts queued now."""
+        self._schedule()
+        self._releases.append(hold_id)
+
     async def _send_pending(self) -> None:
+        self._scheduled = False
         batch, self._pending = self._pending, []
-        await self._send(batch)
+        parts, self._parts = self._parts, {}
+        releases, self._releases = self._releases, []
+        try:
+            # Started in this order, so on the script pipe they leave in one write and
+            # a lease's rest is returned after its parts (either order counts right).
+            await asyncio.gather(
+                *([self._send(batch)] if batch else []),
+                *(self._send_part(hold_id, part) for hold_id, part in parts.items()),
+                *(self._release(hold_id) for hold_id in releases),
+            )
+        finally:
+            for _, _, done in batch:
+                if not done.done():
+                    done.set_result(None)
+            for part in parts.values():
+                for done in part.waiters:
+                    if not done.done():
+                        done.set_result(None)
 
     async def _send(self, batch: list[tuple[Hold, dict[str, int], asyncio.Future[None]]]) -> None:
         try:
@@ -108,15 +183,63 @@ class SettleBatch:
                     await hold.count_late(actuals)
         except Exception as exc:
             self._failures.failed("could not settle a batch of quota holds", exc)
-        finally:
-            for _, _, done in batch:
-                if not done.done():
-                    done.set_result(None)
+
+    async def _send_part(self, hold_id: str, part: _Part) -> None:
+        counts = {
+            w.key: (h, a) for w, h, a in zip(part.windows, part.held, part.actual, strict=True)
+        }
+        try:
+            if not await self._store.settle_part(hold_id, counts):
+                actuals = {key: actual for key, (_, actual) in counts.items()}
+                await count_late(self._store, part.windows, actuals, self._clock())
+        except Exception as exc:
+            self._failures.failed("could not settle the calls of a quota lease", exc)
+
+    async def _release(self, hold_id: str) -> None:
+        try:
+            await self._store.release(hold_id)
+        except Exception as exc:
+            self._failures.failed("could not return the rest of a quota lease", exc)
 
     async def drain(self) -> None:
         """Wait for every batch queued or under way (shutdown)."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def count_late(
+    store: StateStore, windows: Sequence[PlannedWindow], actuals: Mapping[str, int], now: float
+) -> None:
+    """A hold is gone (expired): count what its call used in the windows still open
+    (a window not named in ``actuals``, a request window, counts 1)."""
+    for window in windows:
+        if window.resets_at <= now:
+            continue
+        amount = actuals.get(window.key, 1)
+        if amount > 0:
+            await store.incr(window.key, amount, ttl=window.ttl(now))
+
+
+class Kept(Protocol):
+    """What the keeper keeps alive: a call's hold, or a lease's."""
+
+    @property
+    def hold_id(self) -> str: ...
+
+
+class CallHold(Protocol):
+    """What a call's record settles: its own ``Hold``, or its part of a lease
+    (``LeasedHold``)."""
+
+    @property
+    def hold_id(self) -> str: ...
+
+    @property
+    def settled(self) -> bool: ...
+
+    def settle(self, tokens: int, cost_micros: int) -> Awaitable[None]: ...
+
+    def release(self) -> Awaitable[None]: ...
 
 
 class HoldKeeper:
@@ -134,20 +257,20 @@ class HoldKeeper:
         self._store = store
         self.hold_ttl = hold_ttl
         self._failures = failures
-        self._live: dict[Hold, tuple[float, float]] = {}
+        self._live: dict[Kept, tuple[float, float]] = {}
         """hold -> (loop time it was taken or last extended, loop time past which it is
         no longer extended)."""
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def keep(self, hold: Hold) -> None:
+    def keep(self, hold: Kept) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
         self._live[hold] = (now, now + MAX_EXTENDED_SECONDS)
         if self._timer is None:
             self._timer = loop.call_later(self.hold_ttl / 4, self._tick)
 
-    def drop(self, hold: Hold) -> None:
+    def drop(self, hold: Kept) -> None:
         self._live.pop(hold, None)
 
     def stop(self) -> None:
@@ -161,7 +284,7 @@ class HoldKeeper:
         loop = asyncio.get_running_loop()
         now = loop.time()
         due_before = now - self.hold_ttl / 4
-        due: list[Hold] = []
+        due: list[Kept] = []
         for hold, (renewed, _until) in self._live.items():
             if renewed > due_before:
                 break  # kept in renewal order: the rest are fresher
@@ -176,7 +299,7 @@ class HoldKeeper:
             task.add_done_callback(self._tasks.discard)
         self._timer = loop.call_later(self.hold_ttl / 4, self._tick) if self._live else None
 
-    async def _extend(self, hold: Hold) -> None:
+    async def _extend(self, hold: Kept) -> None:
         try:
             alive = await self._store.extend(hold.hold_id, self.hold_ttl)
         except Exception as exc:
@@ -267,10 +390,4 @@ class Hold:
 
     async def count_late(self, actuals: dict[str, int]) -> None:
         """The hold is gone (expired): count the call in the windows still open."""
-        now = self._clock()
-        for window in self.windows:
-            if window.resets_at <= now:
-                continue
-            amount = actuals.get(window.key, 1)
-            if amount > 0:
-                await self._store.incr(window.key, amount, ttl=window.ttl(now))
+        await count_late(self._store, self.windows, actuals, self._clock())

@@ -147,6 +147,13 @@ def check_actuals(actuals: Mapping[str, int]) -> None:
             raise ValueError(f"actual amount for {key!r} must be at least 0, got {amount}")
 
 
+def check_parts(parts: Mapping[str, tuple[int, int]]) -> None:
+    """The argument check both implementations make before ``settle_part``."""
+    for key, (held, actual) in parts.items():
+        if held < 0 or actual < 0:
+            raise ValueError(f"part amounts for {key!r} must be at least 0, got {held}, {actual}")
+
+
 class HoldInUseError(ValueError):
     """``reserve`` was given the id of a hold that is still live."""
 
@@ -243,6 +250,20 @@ class StateStore(Protocol):
         """``settle`` each (hold id, actuals), in as few round trips as the store can
         (the calls that ended together); the results in order. Argument errors raise
         before anything is settled."""
+        ...
+
+    async def settle_part(self, hold_id: str, parts: Mapping[str, tuple[int, int]]) -> bool:
+        """End a part of a live hold, keeping the hold for the rest (a lease's calls
+        end one by one): per window named in ``parts`` as ``(held, actual)``, ``held``
+        units leave the hold (at most what it still holds there) and the window counts
+        ``actual`` in their place, in one atomic step. Windows not named are left
+        alone; a window whose key ended meanwhile too (as in ``settle``).
+
+        False, changing nothing, when the hold is unknown (settled, released,
+        expired, never made) or every window it held in has ended: the caller counts
+        the actual units itself. Raises ``UnknownHoldWindowError`` for a window the
+        live hold does not have and ``ValueError`` for a negative amount.
+        """
         ...
 
     async def release(self, hold_id: str) -> bool:

@@ -274,6 +274,9 @@ class FallbackStateStore:
     async def settle_many(self, settles: Sequence[tuple[str, Mapping[str, int]]]) -> list[bool]:
         return await self._strict("settle_many", lambda: self.shared.settle_many(settles))
 
+    async def settle_part(self, hold_id: str, parts: Mapping[str, tuple[int, int]]) -> bool:
+        return await self._strict("settle_part", lambda: self.shared.settle_part(hold_id, parts))
+
     async def release(self, hold_id: str) -> bool:
         return await self._strict("release", lambda: self.shared.release(hold_id))
 

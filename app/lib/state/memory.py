@@ -26,6 +26,7 @@ from app.lib.state.base import (
     check_hold_id,
     check_hold_ttl,
     check_max_samples,
+    check_parts,
     check_reserve,
     check_windows,
 )
@@ -242,6 +243,30 @@ class MemoryStateStore:
             check_hold_id(hold_id)
             check_actuals(actuals)
         return [self._finish(hold_id, actuals) for hold_id, actuals in settles]
+
+    async def settle_part(self, hold_id: str, parts: Mapping[str, tuple[int, int]]) -> bool:
+        check_hold_id(hold_id)
+        check_parts(parts)
+        now = self._write_clock()
+        hold = self._live_hold(hold_id, now)
+        if hold is None:
+            return False
+        unknown = [key for key in parts if key not in hold.amounts]
+        if unknown:
+            raise UnknownHoldWindowError(f"hold {hold_id!r} has no window {unknown[0]!r}")
+        counted = False
+        for key, (held, actual) in parts.items():
+            entry = self._live(key, now)
+            holds = None if entry is None else entry.holds
+            taken = None if holds is None else holds.reduce(hold_id, held)
+            if entry is None or taken is None:
+                continue  # the window ended: its successor never held this hold
+            counted = True
+            hold.amounts[key] -= taken
+            delta = actual - taken
+            if delta:
+                entry.value = b"%d" % (int(self._bytes(key, entry) or b"0") + delta)
+        return counted
 
     async def release(self, hold_id: str) -> bool:
         check_hold_id(hold_id)

@@ -54,6 +54,16 @@ class WindowHolds:
             heapq.heapify(self._expiries)
         return item[0]
 
+    def reduce(self, hold_id: str, units: int) -> int | None:
+        """Take up to ``units`` out of the hold, keeping it; the units taken, or None
+        when this window does not have the hold."""
+        item = self._amounts.get(hold_id)
+        if item is None:
+            return None
+        taken = min(units, item[0])
+        self._amounts[hold_id] = (item[0] - taken, item[1])
+        return taken
+
     def extend(self, hold_id: str, expires_at: float) -> bool:
         """Move the hold's end; False when this window does not have it."""
         item = self._amounts.get(hold_id)

@@ -249,6 +249,9 @@ class RedisStateStore:
     async def settle_many(self, settles: Sequence[tuple[str, Mapping[str, int]]]) -> list[bool]:
         return await self._holds.settle_many(settles)
 
+    async def settle_part(self, hold_id: str, parts: Mapping[str, tuple[int, int]]) -> bool:
+        return await self._holds.settle_part(hold_id, parts)
+
     async def release(self, hold_id: str) -> bool:
         return await self._holds.release(hold_id)
 

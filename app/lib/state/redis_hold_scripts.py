@@ -281,6 +281,54 @@ return settle_hold(KEYS[1], KEYS[2], ARGV[1], counters, actuals, now_ms(), {})
 """
 )
 
+# A part of a live hold ends and the hold stays (a lease's calls end one by one).
+# KEYS: the hold index, the hold record, then each window's counter.
+# ARGV: hold_id, then "<held>,<actual>;..." per window in KEYS' order: up to <held>
+# units leave the hold there and the counter counts <actual> in their place.
+# Returns 1 done, 0 unknown, expired or every window ended (nothing changed), -1 the
+# record no longer names these windows (as SETTLE).
+SETTLE_PART = (
+    COMMON
+    + """
+local now = now_ms()
+local record = KEYS[2]
+local counters = {}
+for i = 3, #KEYS do
+  counters[i - 2] = KEYS[i]
+end
+local refused, fields = hold_fields(KEYS[1], record, ARGV[1], counters, now)
+if refused then
+  return refused
+end
+local ends = {}
+local counted = 0
+local i = 0
+for held, actual in string.gmatch(ARGV[2], '(%d+),(%d+)') do
+  i = i + 1
+  local counter, field = counters[i], fields[i]
+  local units = units_in(counter, field, now, ends)
+  if units then
+    counted = 1
+    local taken = held + 0
+    if taken > units then
+      taken = units
+    end
+    local delta = actual - taken
+    if delta ~= 0 then
+      redis.call('INCRBY', counter, delta)
+    end
+    if taken ~= 0 then
+      redis.call('HSET', record, counter, (units - taken) .. string.match(field, ':%d+$'))
+    end
+  end
+end
+if i ~= #counters then
+  return redis.error_reply('settle_part: ' .. #counters .. ' windows but ' .. i .. ' parts')
+end
+return counted
+"""
+)
+
 # KEYS: a window's counter, the hold index of its hash tag.
 # ARGV: the records' key prefix ("<prefix>hold:").
 # Returns {total, held, ttl_ms} (ttl -2: no window): the counter without the units of

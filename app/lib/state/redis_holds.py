@@ -49,6 +49,7 @@ from app.lib.state.base import (
     WindowTotal,
     check_actuals,
     check_hold_id,
+    check_parts,
     check_reserve,
 )
 from app.lib.state.script_pipe import Script, StoreScripts
@@ -91,6 +92,7 @@ class RedisHolds:
         self._reserve = registry.register(scripts.RESERVE)
         self._settle = registry.register(scripts.SETTLE)
         self._settle_many = registry.register(scripts.SETTLE_MANY)
+        self._settle_part = registry.register(scripts.SETTLE_PART)
         self._extend = registry.register(scripts.EXTEND)
         self._total = registry.register(scripts.TOTAL)
 
@@ -220,6 +222,23 @@ class RedisHolds:
         for i, outcome in zip(indexes, outcomes, strict=True):
             if int(outcome) != -1:
                 results[i] = int(outcome) == 1
+
+    async def settle_part(self, hold_id: str, parts: Mapping[str, tuple[int, int]]) -> bool:
+        check_hold_id(hold_id)
+        check_parts(parts)
+        plen = len(self._prefix)
+
+        def args(counters: Sequence[str]) -> list[int | str]:
+            spec = []
+            for counter in counters:
+                held, actual = parts.get(counter[plen:], (0, 0))
+                spec.append(f"{held},{actual}")
+            return [";".join(spec)]
+
+        entry = self._known.get(hold_id)
+        known = None if entry is None else entry[1]
+        done, _ = await self._on_hold(hold_id, set(parts), known, self._settle_part, args)
+        return done
 
     async def release(self, hold_id: str) -> bool:
         check_hold_id(hold_id)
