@@ -16,6 +16,7 @@ from litestar.response import Redirect, Template
 from litestar.types import ExceptionHandlersMap
 
 from app.db.outage import DatabaseUnavailableError, is_database_outage
+from app.domain.web.return_to import page_to_return_to
 from app.lib.errors import AronaError, error_body
 
 logger = structlog.get_logger()
@@ -80,9 +81,13 @@ def _page_error(request: Request[Any, Any, Any], status: int, message: str) -> R
     """Errors on the HTML faces: a login redirect, a toast for HTMX, or an error page."""
     htmx = request.headers.get("hx-request") == "true"
     if status == 401:
-        target = "/login?" + urlencode({"next": request.url.path})
+        target = "/login?" + urlencode({"next": page_to_return_to(request)})
         if htmx:
-            return Response(content=b"", status_code=200, headers={"HX-Redirect": target})
+            # The event comes before the redirect: the console's script keeps what the
+            # asking form held, to put it back once the visitor is signed in again.
+            expired = json.dumps({"loginRequired": {"login": target}})
+            headers = {"HX-Redirect": target, "HX-Trigger": expired}
+            return Response(content=b"", status_code=200, headers=headers)
         return Redirect(target)
     if htmx:
         trigger = json.dumps({"toast": {"level": "error", "message": message}})
