@@ -72,6 +72,8 @@ async def test_an_htmx_form_posted_after_expiry_is_restored_after_login(
     await panel.get_by_label("Value", exact=True).fill(secret_value)
     await panel.get_by_role("button", name="Add secret").click()
     await expect(page.locator(".toast")).to_contain_text("Secret typed-before-expiry added")
+    # An answered post leaves nothing behind to be put back by a later login.
+    assert await page.evaluate(f"sessionStorage.getItem({STORAGE_KEY!r})") is None
     await page.reload()
     await expect(page.locator("#tab-panel tbody")).to_contain_text("typed-before-expiry")
     await expect(page.locator("[data-restored-note]")).to_have_count(0)
