@@ -16,6 +16,7 @@ from litestar.response import Redirect, Template
 from litestar.types import ExceptionHandlersMap
 
 from app.db.outage import DatabaseUnavailableError, is_database_outage
+from app.domain.web.return_to import page_to_return_to
 from app.lib.errors import AronaError, error_body
 
 logger = structlog.get_logger()
@@ -45,6 +46,10 @@ def current_request_id() -> str | None:
 
 # The HTML faces; everything else (the APIs, ops endpoints) answers in JSON.
 _PAGE_PREFIXES = ("/login", "/logout", "/register", "/projects", "/admin")
+# Never a page, whatever the client accepts: API clients parse the one error shape,
+# and ops endpoints and assets are read by machines.
+_MACHINE_PREFIXES = ("/api/", "/v1/", "/ws/", "/static/", "/schema")
+_MACHINE_PATHS = frozenset({"/api", "/v1", "/healthz", "/readyz", "/metrics"})
 _PAGE_TITLES = {
     401: "Please log in",
     403: "Not allowed",
@@ -55,25 +60,45 @@ _PAGE_TITLES = {
 
 
 def _is_page(request: Request[Any, Any, Any]) -> bool:
+    """A console or dashboard path, or any other non-API path a browser asked for
+    (a mistyped ``/console/...`` link is a person's, and deserves a page, not JSON)."""
     path = request.url.path
-    return path == "/" or path.startswith(_PAGE_PREFIXES)
+    if path == "/" or path.startswith(_PAGE_PREFIXES):
+        return True
+    if path in _MACHINE_PATHS or path.startswith(_MACHINE_PREFIXES):
+        return False
+    return "text/html" in request.headers.get("accept", "")
+
+
+def _way_back(path: str) -> tuple[str, str]:
+    """Where the error page's link leads: the area the visitor was in."""
+    if path == "/admin" or path.startswith("/admin/"):
+        return "/admin", "Back to the dashboard"
+    return "/projects", "Back to your projects"
 
 
 def _page_error(request: Request[Any, Any, Any], status: int, message: str) -> Response[Any]:
     """Errors on the HTML faces: a login redirect, a toast for HTMX, or an error page."""
     htmx = request.headers.get("hx-request") == "true"
     if status == 401:
-        target = "/login?" + urlencode({"next": request.url.path})
+        target = "/login?" + urlencode({"next": page_to_return_to(request)})
         if htmx:
-            return Response(content=b"", status_code=200, headers={"HX-Redirect": target})
+            # The event comes before the redirect: the console's script keeps what the
+            # asking form held, to put it back once the visitor is signed in again.
+            expired = json.dumps({"loginRequired": {"login": target}})
+            headers = {"HX-Redirect": target, "HX-Trigger": expired}
+            return Response(content=b"", status_code=200, headers=headers)
         return Redirect(target)
     if htmx:
         trigger = json.dumps({"toast": {"level": "error", "message": message}})
         return Response(content=b"", status_code=status, headers={"HX-Trigger": trigger})
+    back_href, back_label = _way_back(request.url.path)
     return Template(
         template_name="error.html",
         context={
             "status": status,
+            "back_href": back_href,
+            "back_label": back_label,
             "title": _PAGE_TITLES.get(status, "Something went wrong"),
             "message": message,
             "web_user": None,
@@ -160,8 +185,10 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
 
 
 def handle_repository_not_found(
-    _: Request[Any, Any, Any], exc: RepositoryNotFoundError
+    request: Request[Any, Any, Any], exc: RepositoryNotFoundError
 ) -> Response[Any]:
+    if _is_page(request):
+        return _page_error(request, 404, "There is no such page.")
     return _json(404, error_body(404, "not found", "not_found"))
 
 

@@ -581,10 +581,21 @@ async def test_overview_rename_members_and_delete(site: Site, tenant: Tenant) ->
 
     unknown = await owner.post(f"{b}/members", {"email": "nobody@example.com", "role": "member"})
     assert unknown.status_code == 422
-    assert "no active user" in unknown.text
+    assert 'id="member-email-error"' in unknown.text
+    assert "No one has an Arona account with nobody@example.com" in unknown.text
+    not_email = await owner.post(f"{b}/members", {"email": "nobody", "role": "member"})
+    assert not_email.status_code == 422
+    assert "Enter an email address" in not_email.text
+    not_owner = await tenant.member.post(f"{b}/members", {"email": tenant.stranger.email})
+    assert not_owner.status_code == 403
+    assert "Only the project's owners can add members." in not_owner.headers["HX-Trigger"]
     added = await owner.post(f"{b}/members", {"email": tenant.stranger.email, "role": "member"})
     assert added.status_code == 200
     assert tenant.stranger.email in added.text
+    again = await owner.post(f"{b}/members", {"email": tenant.stranger.email, "role": "owner"})
+    assert again.status_code == 422
+    assert 'id="member-email-error"' in again.text
+    assert f"{tenant.stranger.email} is already a member of this project." in again.text
     visible = await tenant.stranger.get(f"{b}/tabs/overview")
     assert visible.status_code == 200
     removed = await owner.post(f"{b}/members/{tenant.stranger.user_id}/remove")

@@ -29,6 +29,41 @@ async def test_unknown_route_is_a_404_in_the_error_shape(any_client):
     assert response.headers["x-request-id"] == "lost-1"
 
 
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+NO_SUCH_ROUTE = {
+    "error": {
+        "message": "no such route",
+        "type": "not_found_error",
+        "code": "not_found",
+        "param": None,
+    }
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/nope", "/api/projects/0190a0a0-0000-7000-8000-000000000000/nothing", "/v1/nope"],
+)
+async def test_api_404s_stay_json_even_for_a_browser(client, path):
+    """The console's HTML 404 page must not leak onto the APIs: the body is exactly
+    the error shape, whatever the client says it accepts."""
+    for accept in (BROWSER_ACCEPT, "*/*", "application/json"):
+        response = await client.get(path, headers={"Accept": accept})
+        assert response.status_code == 404
+        assert response.headers["content-type"].startswith("application/json")
+        assert response.json() == NO_SUCH_ROUTE
+
+
+async def test_an_unknown_page_is_the_console_404_page_for_a_browser(client):
+    response = await client.get("/console/does-not-exist", headers={"Accept": BROWSER_ACCEPT})
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("text/html")
+    assert "<h1>Not found</h1>" in response.text
+    assert 'href="/projects"' in response.text
+    # A client that did not ask for HTML (a script, curl) still gets the error shape.
+    assert (await client.get("/console/does-not-exist")).json() == NO_SUCH_ROUTE
+
+
 async def test_wrong_method_is_a_405_in_the_error_shape(any_client):
     assert_error(await any_client.put("/api/auth/login", json={}), 405, "method_not_allowed")
 

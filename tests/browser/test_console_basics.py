@@ -83,3 +83,31 @@ async def test_registering_opens_a_session_and_bad_input_stays_in_the_form(
     await page.get_by_role("button", name="Register").click()
     await expect(page).to_have_url(re.compile(r".*/projects$"))
     await expect(page.locator(".who")).to_have_text(email)
+
+
+async def test_unknown_pages_are_the_console_not_found_page(page: Page, site: Site) -> None:
+    """A mistyped or stale link lands on a page in the console's layout with a way
+    back, never on the API's JSON."""
+    unknown_project = "0190a0a0-0000-7000-8000-000000000000"
+    response = await page.goto(f"{site.url}/console/does-not-exist")
+    assert response is not None
+    assert response.status == 404
+    await expect(page.get_by_role("heading", level=1)).to_have_text("Not found")
+    await expect(page.get_by_role("link", name="Arona")).to_be_visible()  # the layout
+    await page.get_by_role("link", name="Back to your projects").click()
+    await expect(page).to_have_url(re.compile(r".*/login\?next=%2Fprojects$"))
+
+    await log_in_as_admin(page, site)
+    for path, way_back in (
+        (f"/projects/{unknown_project}/nothing", "Back to your projects"),
+        (f"/projects/{unknown_project}", "Back to your projects"),
+        ("/admin/nothing/here", "Back to the dashboard"),
+    ):
+        response = await page.goto(f"{site.url}{path}")
+        assert response is not None
+        assert response.status == 404, path
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Not found")
+        assert "application/json" not in (await response.all_headers())["content-type"]
+        await expect(page.get_by_role("link", name=way_back)).to_be_visible()
+    await page.get_by_role("link", name="Back to the dashboard").click()
+    await expect(page).to_have_url(re.compile(r".*/admin$"))

@@ -263,3 +263,40 @@ async def test_a_keys_limits_are_edited_in_place(page: Page, site: Site) -> None
     assert answer.status_code == 200
     # The refused form answered 422, as every refused form does; nothing else failed.
     assert [e for e in errors if "422" not in e] == [], errors
+
+
+async def test_an_owner_adds_a_member_by_email(page: Page, site: Site) -> None:
+    errors = watch_console(page)
+    email = f"invitee-{uuid.uuid4().hex[:8]}@browser.test"
+    registered = await site.http.post(
+        "/api/auth/register", json={"email": email, "password": "invitee password 1"}
+    )
+    assert registered.status_code == 201, registered.text
+    await new_project(page, site, "Members project")
+    panel = page.locator("#tab-panel")
+    members = panel.locator("section", has=page.get_by_role("heading", name=re.compile("Members")))
+    email_field = panel.get_by_label("Email of the person to add")
+
+    # Nobody has this address: said beside the field, and what was typed stays.
+    await email_field.fill("nobody-here@browser.test")
+    await panel.get_by_role("button", name="Add member").click()
+    error = panel.locator("#member-email-error")
+    await expect(error).to_contain_text("No one has an Arona account with nobody-here@browser.test")
+    await expect(email_field).to_have_value("nobody-here@browser.test")
+    await expect(email_field).to_have_attribute("aria-invalid", "true")
+
+    await email_field.fill(email)
+    await panel.get_by_label("Role").select_option("owner")
+    await panel.get_by_role("button", name="Add member").click()
+    await expect(page.locator(".toast-success")).to_contain_text(f"{email} added as owner")
+    row = members.locator("tbody tr", has_text=email)
+    await expect(row).to_contain_text("owner")
+    await expect(members.locator(".badge").first).to_have_text("2")
+    await expect(email_field).to_have_value("")
+
+    await email_field.fill(email)
+    await panel.get_by_role("button", name="Add member").click()
+    await expect(error).to_contain_text(f"{email} is already a member of this project.")
+    await expect(members.locator("tbody tr", has_text=email)).to_have_count(1)
+    # The two refusals are 422 answers, which the browser logs; nothing else went wrong.
+    assert [e for e in errors if "status of 422" not in e] == [], errors

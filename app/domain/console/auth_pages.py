@@ -14,6 +14,7 @@ from app.domain.accounts.controllers import client_address
 from app.domain.accounts.services import AuthService
 from app.domain.web.pages import CSRF_FIELD, csrf_guard, render
 from app.domain.web.presession import PRESESSION_COOKIE, PresessionTokens, private_cookie
+from app.domain.web.return_to import DEFAULT_PAGE, safe_next
 from app.domain.web.sessions import COOKIE_NAME, WebSession, WebSessions
 from app.lib.errors import AronaError
 from app.lib.ids import uuid7
@@ -21,11 +22,7 @@ from app.lib.settings import Settings
 
 
 def _safe_next(target: str | None) -> str:
-    """Only a path on this site: an open redirect would turn the login page into a
-    phishing aid."""
-    if target and target.startswith("/") and not target.startswith("//"):
-        return target
-    return "/projects"
+    return safe_next(target) or DEFAULT_PAGE
 
 
 def session_cookie(request: Request[Any, Any, Any], token: str, max_age: int) -> Cookie:
@@ -136,7 +133,8 @@ class ConsoleAuthPages(Controller):
     ) -> Template | Redirect:
         if web_session is not None:
             return Redirect(_safe_next(next))
-        return _login_page(request, settings, next)
+        # A refused target never reaches the form, so the post cannot carry it either.
+        return _login_page(request, settings, safe_next(next))
 
     @post("/login", status_code=HTTP_303_SEE_OTHER)
     async def login(

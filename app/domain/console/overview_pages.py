@@ -25,7 +25,7 @@ from app.domain.projects import lifecycle
 from app.domain.projects.schemas import MemberAdd, ProjectUpdate
 from app.domain.projects.services import ProjectAccess, ProjectMemberService, ProjectService
 from app.domain.web.pages import WebUser
-from app.lib.errors import AronaError
+from app.lib.errors import AronaError, BadRequestError, PermissionDeniedError
 
 KEY = "overview"
 MEMBERS_SHOWN = 200
@@ -47,6 +47,24 @@ async def _context(scope: TabScope, members_service: ProjectMemberService) -> di
         for member, user in rows
     ]
     return {"members": members, "members_total": total, "roles": ROLES}
+
+
+FIELDS = ("email", "role")
+NOT_AN_OWNER = "Only the project's owners can add members."
+NOT_AN_EMAIL = "Enter an email address, like name@example.com."
+
+
+def _in_plain_words(exc: AronaError, email: str) -> AronaError:
+    """The members service's refusals as the console says them, beside the email field
+    (the REST API keeps its own messages)."""
+    if exc.code == "user_not_found":
+        message = f"No one has an Arona account with {email}: ask them to register, then add them."
+        return BadRequestError(message, code=exc.code, param="email")
+    if exc.code == "already_member":
+        return BadRequestError(
+            f"{email} is already a member of this project.", code=exc.code, param="email"
+        )
+    return exc
 
 
 def _tab(tab_scope: TabScope, members_service: ProjectMemberService) -> Tab:
@@ -111,14 +129,19 @@ class OverviewTab(TabPages, tab=_tab, key=KEY):
     async def add_member(
         self, tab: Tab, project_id: UUID, members_service: ProjectMemberService
     ) -> Template:
-        tab.scope.require_project("manage members")
+        if not tab.scope.access.can_manage_project:
+            # A page left open after a change of role: say who can, not the role rule.
+            raise PermissionDeniedError(NOT_AN_OWNER, code="insufficient_role")
         form = await tab.scope.form()
         values = {"email": form.text("email"), "role": form.text("role") or "member"}
+        if "@" not in values["email"]:
+            state = FormState(values=values, errors={"email": NOT_AN_EMAIL}, failed=True)
+            return await tab.reject("member", state)
         try:
             data = parse(MemberAdd, values)
             _, user = await members_service.add_by_email(project_id, data.email, data.role)
         except AronaError as exc:
-            return await tab.refuse("member", exc, ("email", "role"), values)
+            return await tab.refuse("member", _in_plain_words(exc, values["email"]), FIELDS, values)
         return await tab.show(f"{user.email} added as {data.role}.")
 
     @post("/members/{user_id:uuid}/remove")
