@@ -52,6 +52,41 @@
   document.addEventListener("htmx:sendError", function () {
     show({ level: "error", message: "The server cannot be reached; retrying when it is back." });
   });
+  // A field refused by the server carries aria-invalid and names its message (a
+  // .field-error) in aria-describedby. Once the person edits it, both go.
+  function errorNote(id) {
+    var note = id && document.getElementById(id);
+    return note && note.classList.contains("field-error") ? note : null;
+  }
+  function describedBy(field) {
+    return (field.getAttribute("aria-describedby") || "").split(/\s+/).filter(Boolean);
+  }
+  function clearError(field) {
+    field.removeAttribute("aria-invalid");
+    var kept = describedBy(field).filter(function (id) {
+      var note = errorNote(id);
+      if (note) { note.remove(); }
+      return !note && document.getElementById(id);
+    });
+    if (kept.length) {
+      field.setAttribute("aria-describedby", kept.join(" "));
+    } else {
+      field.removeAttribute("aria-describedby");
+    }
+  }
+  function onEdit(event) {
+    var field = event.target.closest && event.target.closest('[aria-invalid="true"]');
+    if (field) { clearError(field); }
+  }
+  document.addEventListener("input", onEdit);
+  document.addEventListener("change", onEdit);
+  // A field the re-rendered form no longer marks (one kept by hx-preserve keeps its old
+  // attributes) loses its error state: it is in error only while its message is shown.
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll('[aria-invalid="true"]').forEach(function (field) {
+      if (!describedBy(field).some(errorNote)) { clearError(field); }
+    });
+  });
   // Copy buttons: <button data-copy="#id">; no inline handlers under the CSP.
   document.addEventListener("click", function (event) {
     var button = event.target.closest("[data-copy]");

@@ -69,3 +69,48 @@ async def test_form_swaps_and_live_refreshes_keep_the_csp_clean(site: Site, page
     await page.evaluate("document.body.setAttribute('style', 'color: red')")
     await page.wait_for_function("window.__cspViolations.length > 0")
     assert "style-src-attr" in (await _violations(page))[0]
+
+
+RED_BORDER = "rgb(179, 38, 30)"  # --bad in arona.css
+
+
+async def test_a_fixed_field_loses_its_error(site: Site, page: Page) -> None:
+    await log_in_as_admin(page, site)
+    await page.get_by_label("Name", exact=True).fill("Errors project")
+    await page.get_by_role("button", name="Create project").click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("Errors project")
+    await page.get_by_role("tab", name="Secrets").click()
+    panel = page.locator("#tab-panel")
+    name, value = panel.get_by_label("Name", exact=True), panel.get_by_label("Value", exact=True)
+    await expect(value).to_be_visible()
+    # No value: the value is refused.
+    await name.fill("fixed-name")
+    await panel.get_by_role("button", name="Add secret").click()
+    await expect(panel.locator("#secret-value-error")).to_be_visible()
+    await expect(value).to_have_attribute("aria-invalid", "true")
+    await expect(value).to_have_css("border-top-color", RED_BORDER)
+
+    # The value filled without a keystroke (as a password manager does), the name
+    # broken: the re-rendered form keeps the value as typed (hx-preserve keeps the old
+    # element) and marks only the name; the value's old error state does not survive.
+    await page.evaluate("document.getElementById('secret-value').value = 'value-0002'")
+    await name.fill("not a valid name!")
+    await panel.get_by_role("button", name="Add secret").click()
+    await expect(panel.locator("#secret-name-error")).to_be_visible()
+    await expect(name).to_have_attribute("aria-invalid", "true")
+    await expect(name).to_have_css("border-top-color", RED_BORDER)
+    await expect(value).to_have_value("value-0002")
+    await expect(value).not_to_have_attribute("aria-invalid", "true")
+    await expect(value).not_to_have_css("border-top-color", RED_BORDER)
+    await expect(value).to_have_attribute("aria-describedby", "secret-value-hint")
+    await expect(panel.locator("#secret-value-error")).to_have_count(0)
+
+    # Edited: the red border and the message beside it go at once, the hint stays.
+    await name.fill("fixed-name")
+    await expect(name).not_to_have_attribute("aria-invalid", "true")
+    await expect(name).not_to_have_css("border-top-color", RED_BORDER)
+    await expect(panel.locator("#secret-name-error")).to_have_count(0)
+    await expect(name).to_have_attribute("aria-describedby", "secret-name-hint")
+
+    await panel.get_by_role("button", name="Add secret").click()
+    await expect(panel.locator("tbody")).to_contain_text("fixed-name")
