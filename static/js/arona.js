@@ -87,14 +87,48 @@
       if (!describedBy(field).some(errorNote)) { clearError(field); }
     });
   });
-  // Copy buttons: <button data-copy="#id">; no inline handlers under the CSP.
+  // Copy buttons: <button data-copy="#id">; no inline handlers under the CSP. The
+  // clipboard API exists only in secure contexts (HTTPS, localhost): elsewhere, or
+  // when it refuses, the text is selected and the person is told to press the keys.
+  function selectText(source) {
+    if (typeof source.select === "function") {
+      source.focus();
+      source.select();
+      return;
+    }
+    var range = document.createRange();
+    range.selectNodeContents(source);
+    var selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+  }
+  function copyHint(button, text) {
+    var hint = button.nextElementSibling;
+    if (!hint || !hint.classList.contains("copy-hint")) {
+      hint = document.createElement("span");
+      hint.className = "copy-hint";
+      hint.setAttribute("role", "status");
+      button.after(hint);
+    }
+    hint.textContent = text;
+  }
+  function copyByHand(button, source) {
+    selectText(source);
+    var mac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent);
+    copyHint(button, "Selected: press " + (mac ? "⌘C" : "Ctrl+C") + " to copy.");
+  }
   document.addEventListener("click", function (event) {
     var button = event.target.closest("[data-copy]");
     if (!button) { return; }
     var source = document.querySelector(button.getAttribute("data-copy"));
-    if (source && navigator.clipboard) {
-      navigator.clipboard.writeText(source.value || source.textContent);
-      show({ level: "success", message: "Copied." });
+    if (!source) { return; }
+    var text = (source.value || source.textContent).trim();
+    if (!navigator.clipboard || !window.isSecureContext) {
+      copyByHand(button, source);
+      return;
     }
+    navigator.clipboard.writeText(text).then(function () {
+      copyHint(button, "Copied.");
+    }, function () { copyByHand(button, source); });
   });
 })();

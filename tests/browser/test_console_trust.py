@@ -4,6 +4,7 @@ HTTP, a live indicator that tells the truth, and a dark theme."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from playwright.async_api import Page, expect
@@ -114,3 +115,43 @@ async def test_a_fixed_field_loses_its_error(site: Site, page: Page) -> None:
 
     await panel.get_by_role("button", name="Add secret").click()
     await expect(panel.locator("tbody")).to_contain_text("fixed-name")
+
+
+async def _new_key(page: Page, site: Site, project: str) -> str:
+    """A project and a new API key through the console; returns the key shown once."""
+    await log_in_as_admin(page, site)
+    await page.get_by_label("Name", exact=True).fill(project)
+    await page.get_by_role("button", name="Create project").click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text(project)
+    await page.get_by_role("tab", name="Keys").click()
+    panel = page.locator("#tab-panel")
+    await panel.get_by_label("Name of the new API key").fill("ci")
+    await panel.get_by_role("button", name="Create API key").click()
+    once = panel.locator(".secret-once")
+    await expect(once).to_have_text(re.compile(r"^ak-\S{20,}$"))
+    return (await once.text_content() or "").strip()
+
+
+async def test_copy_puts_a_key_on_the_clipboard_in_a_secure_context(site: Site, page: Page) -> None:
+    await page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    key = await _new_key(page, site, "Copy project")
+    assert await page.evaluate("window.isSecureContext")  # loopback counts as secure
+    await page.get_by_role("button", name="Copy API key").click()
+    await expect(page.locator(".copy-hint")).to_have_text("Copied.")
+    assert await page.evaluate("navigator.clipboard.readText()") == key
+
+
+async def test_without_a_clipboard_copy_selects_the_key_and_says_how(
+    site: Site, page: Page
+) -> None:
+    # As on a plain-HTTP address: no clipboard API at all.
+    await page.add_init_script("delete Navigator.prototype.clipboard;")
+    await page.set_viewport_size({"width": 390, "height": 844})
+    key = await _new_key(page, site, "Plain HTTP project")
+    assert await page.evaluate("navigator.clipboard") is None
+    await page.get_by_role("button", name="Copy API key").click()
+    hint = page.locator(".copy-hint")
+    await expect(hint).to_have_text(re.compile(r"press (Ctrl\+C|⌘C) to copy"))
+    await expect(hint).to_have_attribute("role", "status")
+    assert await page.evaluate("window.getSelection().toString()") == key
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
