@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 import uuid
 
-from playwright.async_api import Page, expect
+from playwright.async_api import Browser, Page, expect
 
-from tests.support.browser import Site, log_in_as_admin
+from tests.support.browser import ADMIN_PASSWORD, Site, log_in_as_admin
 
 # Collects every CSP violation the page reports, from its first script on.
 _CSP_WATCH = """
@@ -155,3 +155,79 @@ async def test_without_a_clipboard_copy_selects_the_key_and_says_how(
     await expect(hint).to_have_attribute("role", "status")
     assert await page.evaluate("window.getSelection().toString()") == key
     assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+def _rgb(css: str) -> tuple[int, int, int]:
+    red, green, blue = (int(x) for x in re.findall(r"\d+", css)[:3])
+    return red, green, blue
+
+
+def _contrast(one: str, two: str) -> float:
+    """WCAG contrast ratio of two computed colours."""
+
+    def luminance(css: str) -> float:
+        channels = [c / 255 for c in _rgb(css)]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    light, dark = sorted((luminance(one), luminance(two)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+async def _colours(page: Page, selector: str) -> tuple[str, str]:
+    # Looked up and read in one go: a live refresh may replace the element meanwhile.
+    found: list[str] = await page.evaluate(
+        "s => { const c = getComputedStyle(document.querySelector(s));"
+        " return [c.color, c.backgroundColor]; }",
+        selector,
+    )
+    return found[0], found[1]
+
+
+async def test_the_theme_follows_the_system_setting(site: Site, browser: Browser) -> None:
+    dark = await browser.new_context(color_scheme="dark", viewport={"width": 1280, "height": 900})
+    light = await browser.new_context(color_scheme="light", viewport={"width": 1280, "height": 900})
+    try:
+        page = await light.new_page()
+        await log_in_as_admin(page, site)
+        # The light theme is what it was.
+        assert await _colours(page, "body") == ("rgb(29, 35, 48)", "rgb(246, 247, 249)")
+        assert (await _colours(page, "table"))[1] == "rgb(255, 255, 255)"
+
+        page = await dark.new_page()
+        await log_in_as_admin(page, site)
+        fg, bg = await _colours(page, "body")
+        assert sum(_rgb(bg)) < 3 * 60, bg  # a dark background
+        assert _contrast(fg, bg) >= 7, (fg, bg)
+        card = (await _colours(page, "table"))[1]
+        assert sum(_rgb(card)) < 3 * 60, card
+        assert _contrast((await _colours(page, "td"))[0], card) >= 4.5
+        assert _contrast((await _colours(page, "th"))[0], card) >= 4.5  # muted headings
+        # A form: its field, its button, a refusal beside the field.
+        await page.get_by_role("button", name="Create project").click()
+        await expect(page.locator("#project-name-error")).to_be_visible()
+        field_fg, field_bg = await _colours(page, "#project-name")
+        assert sum(_rgb(field_bg)) < 3 * 60, field_bg
+        assert _contrast(field_fg, field_bg) >= 7, (field_fg, field_bg)
+        error = (await _colours(page, "#project-name-error"))[0]
+        assert _contrast(error, card) >= 4.5, error
+        assert _contrast(*await _colours(page, "main button")) >= 4.5
+        # Status colours on the dashboard: badges keep their meaning and stay readable.
+        token = await site.http.post(
+            "/api/auth/login", json={"email": site.admin_email, "password": ADMIN_PASSWORD}
+        )
+        headers = {"Authorization": f"Bearer {token.json()['accessToken']}"}
+        name = f"dark-{uuid.uuid4().hex[:8]}"
+        registered = await site.http.post(
+            "/api/admin/backends",
+            json={"name": name, "type": "external", "url": "http://127.0.0.1:9"},
+            headers=headers,
+        )
+        assert registered.status_code == 201, registered.text
+        await page.goto(f"{site.url}/admin/backends")
+        badge = f"#backend-{name} .health-badge"
+        await expect(page.locator(badge)).to_have_text("unhealthy")
+        assert _contrast(*await _colours(page, badge)) >= 4.5
+    finally:
+        await dark.close()
+        await light.close()
