@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from app.db.models import Conversation, FallbackPin, Project
 from app.domain.dashboard import stream
+from app.domain.dashboard.feeds import BackendsFeed
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
@@ -317,3 +318,30 @@ async def test_a_page_whose_stream_is_down_says_so_and_comes_back(
     assert await page.evaluate("window.aronaOpens") >= 1
     await expect(dot).to_have_css("background-color", GREEN)
     assert not [e for e in errors if "Content Security Policy" in e], errors
+
+
+async def test_a_stream_that_goes_quiet_shows_disconnected(
+    site: Site, page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The connection stays open but nothing comes (a hung replica, a stalled proxy):
+    # past two heartbeats the page must say so, and recover once events flow again.
+    monkeypatch.setattr(stream, "HEARTBEAT_SECONDS", 0.5)
+    released = asyncio.Event()
+    original = BackendsFeed.on_tick
+
+    async def hung(self: BackendsFeed) -> list[tuple[str, str]]:
+        await released.wait()
+        return await original(self)
+
+    monkeypatch.setattr(BackendsFeed, "on_tick", hung)
+    await log_in_as_admin(page, site)
+    await page.goto(f"{site.url}/admin/backends")
+    pool = page.locator('[sse-connect="/admin/stream/backends"]')
+    state = pool.locator(".live-state")
+    await expect(state).to_have_text("Live")
+    await expect(state).to_have_text("Disconnected", timeout=8000)
+    await expect(pool).to_have_class(re.compile(r"(^|\s)stale(\s|$)"))
+    await expect(pool.locator(".live-dot")).not_to_have_css("background-color", GREEN)
+    released.set()
+    await expect(state).to_have_text("Live", timeout=20_000)
+    await expect(pool).not_to_have_class(re.compile(r"(^|\s)stale(\s|$)"))

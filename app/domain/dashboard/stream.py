@@ -15,7 +15,8 @@ carries. How a stream runs (``feed_events``):
   (whatever else is sent), carrying that interval in milliseconds: proxies and load
   balancers keep an idle stream open, and the page (``static/js/live.js``) knows the
   stream is alive, and shows it disconnected when pings stop coming;
-- it ends by itself after ``MAX_SECONDS``; the browser reconnects ``RETRY_MS`` later,
+- it ends by itself after ``MAX_SECONDS``; the page reconnects about a second later
+  (``live.js`` backs off further when that fails; ``RETRY_MS`` is for other clients),
   which checks the session again (a logged-out or demoted admin loses the stream) and
   bounds how long an open page can hold up a server's graceful shutdown (uvicorn
   waits for open responses unless ``timeout_graceful_shutdown`` is set);
