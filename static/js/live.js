@@ -68,6 +68,7 @@
     // A stream that ends (they do, every minute) is retried once before anyone is told.
     if (silent || this.failures > 1) { showState(this, true); }
     if (this.onerror) { this.onerror(event); }
+    if (this.readyState === EventSource.CLOSED) { return; }  // its page part is gone
     var delay = Math.min(CAP_MS, BASE_MS * Math.pow(2, this.failures - 1));
     delay = delay / 2 + Math.random() * delay / 2;
     this.retry = setTimeout(function () { self.connect(); }, delay);
