@@ -52,14 +52,83 @@
   document.addEventListener("htmx:sendError", function () {
     show({ level: "error", message: "The server cannot be reached; retrying when it is back." });
   });
-  // Copy buttons: <button data-copy="#id">; no inline handlers under the CSP.
+  // A field refused by the server carries aria-invalid and names its message (a
+  // .field-error) in aria-describedby. Once the person edits it, both go.
+  function errorNote(id) {
+    var note = id && document.getElementById(id);
+    return note && note.classList.contains("field-error") ? note : null;
+  }
+  function describedBy(field) {
+    return (field.getAttribute("aria-describedby") || "").split(/\s+/).filter(Boolean);
+  }
+  function clearError(field) {
+    field.removeAttribute("aria-invalid");
+    var kept = describedBy(field).filter(function (id) {
+      var note = errorNote(id);
+      if (note) { note.remove(); }
+      return !note && document.getElementById(id);
+    });
+    if (kept.length) {
+      field.setAttribute("aria-describedby", kept.join(" "));
+    } else {
+      field.removeAttribute("aria-describedby");
+    }
+  }
+  function onEdit(event) {
+    var field = event.target.closest && event.target.closest('[aria-invalid="true"]');
+    if (field) { clearError(field); }
+  }
+  document.addEventListener("input", onEdit);
+  document.addEventListener("change", onEdit);
+  // A field the re-rendered form no longer marks (one kept by hx-preserve keeps its old
+  // attributes) loses its error state: it is in error only while its message is shown.
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll('[aria-invalid="true"]').forEach(function (field) {
+      if (!describedBy(field).some(errorNote)) { clearError(field); }
+    });
+  });
+  // Copy buttons: <button data-copy="#id">; no inline handlers under the CSP. The
+  // clipboard API exists only in secure contexts (HTTPS, localhost): elsewhere, or
+  // when it refuses, the text is selected and the person is told to press the keys.
+  function selectText(source) {
+    if (typeof source.select === "function") {
+      source.focus();
+      source.select();
+      return;
+    }
+    var range = document.createRange();
+    range.selectNodeContents(source);
+    var selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+  }
+  function copyHint(button, text) {
+    var hint = button.nextElementSibling;
+    if (!hint || !hint.classList.contains("copy-hint")) {
+      hint = document.createElement("span");
+      hint.className = "copy-hint";
+      hint.setAttribute("role", "status");
+      button.after(hint);
+    }
+    hint.textContent = text;
+  }
+  function copyByHand(button, source) {
+    selectText(source);
+    var mac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent);
+    copyHint(button, "Selected: press " + (mac ? "⌘C" : "Ctrl+C") + " to copy.");
+  }
   document.addEventListener("click", function (event) {
     var button = event.target.closest("[data-copy]");
     if (!button) { return; }
     var source = document.querySelector(button.getAttribute("data-copy"));
-    if (source && navigator.clipboard) {
-      navigator.clipboard.writeText(source.value || source.textContent);
-      show({ level: "success", message: "Copied." });
+    if (!source) { return; }
+    var text = (source.value || source.textContent).trim();
+    if (!navigator.clipboard || !window.isSecureContext) {
+      copyByHand(button, source);
+      return;
     }
+    navigator.clipboard.writeText(text).then(function () {
+      copyHint(button, "Copied.");
+    }, function () { copyByHand(button, source); });
   });
 })();

@@ -22,7 +22,7 @@ from sqlalchemy import update
 
 from app.cli.bootstrap import create_admin
 from app.db.models import BackendConfig, Conversation, FallbackPin, Project, UsageRecord, User
-from app.domain.dashboard.stream import SentCache, encode, feed_events
+from app.domain.dashboard.stream import SentCache, encode, feed_events, ping_frame
 from app.lib.events.base import Event
 from app.lib.events.memory import MemoryEventBus
 from app.lib.passwords import PasswordHasher
@@ -685,9 +685,10 @@ async def test_feed_events_heartbeats_dedupes_and_unsubscribes_on_close() -> Non
     assert "test.dashboard" in bus._subscribers  # subscribed before the first byte
 
     # Ticks send only what changed: the first tick sends "a" (never sent by a tick),
-    # then silence until the heartbeat comment.
+    # then silence but for the heartbeat (its interval in milliseconds).
+    assert first.endswith(b"event: ping\ndata: 100\n\n")
     assert await anext(stream) == encode([("thing", "<p>a</p>")])
-    assert await asyncio.wait_for(anext(stream), 1.0) == b": ping\n\n"
+    assert await asyncio.wait_for(anext(stream), 1.0) == ping_frame(0.1)
     feed.value = "b"
     assert await asyncio.wait_for(anext(stream), 1.0) == encode([("thing", "<p>b</p>")])
 

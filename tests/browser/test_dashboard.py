@@ -13,11 +13,12 @@ import re
 import uuid
 
 import pytest
-from playwright.async_api import ConsoleMessage, Dialog, Page, expect
+from playwright.async_api import ConsoleMessage, Dialog, Page, Route, expect
 from sqlalchemy import func, select
 
 from app.db.models import Conversation, FallbackPin, Project
 from app.domain.dashboard import stream
+from app.domain.dashboard.feeds import BackendsFeed
 from app.fakes.openai_upstream import FakeOpenAI
 from app.fakes.serve import serve_asgi
 from app.fakes.vllm_upstream import FakeVllm
@@ -27,6 +28,7 @@ from tests.support.browser import ADMIN_PASSWORD, Site, log_in_as_admin
 OK = re.compile(r"(^|\s)ok(\s|$)")
 BAD = re.compile(r"(^|\s)bad(\s|$)")
 RED = "rgb(255, 244, 243)"  # tr:has(.health-badge.bad) in arona.css
+GREEN = "rgb(27, 127, 59)"  # --ok in arona.css: the live dot
 
 
 def _name(tag: str) -> str:
@@ -267,3 +269,79 @@ async def test_a_live_page_reconnects_by_itself(
         await expect(page.locator("#failover-state")).to_have_text("off")
     finally:
         await site.http.put("/api/admin/failover", json={"enabled": True}, headers=headers)
+
+
+async def test_a_page_whose_stream_is_down_says_so_and_comes_back(
+    site: Site, page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Streams end after a second; while the stream URL is unreachable the page must
+    # stop claiming to be live, mark what it shows as stale, and keep retrying.
+    monkeypatch.setattr(stream, "MAX_SECONDS", 1.0)
+    errors = _csp_errors(page)
+    name = _name("stale")
+    registered = await site.http.post(
+        "/api/admin/backends",
+        json={"name": name, "type": "external", "url": f"http://127.0.0.1:{free_port()}"},
+        headers=await _admin_api(site),
+    )
+    assert registered.status_code == 201, registered.text
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await log_in_as_admin(page, site)
+    await page.goto(f"{site.url}/admin/backends")
+    pool = page.locator('[sse-connect="/admin/stream/backends"]')
+    state = pool.locator(".live-state")
+    dot = pool.locator(".live-dot")
+    await expect(state).to_have_text("Live")
+    await expect(dot).to_have_css("background-color", GREEN)
+    await page.evaluate(
+        "window.aronaOpens = 0;"
+        "document.body.addEventListener('htmx:sseOpen', () => { window.aronaOpens += 1; });"
+    )
+
+    async def refuse(route: Route) -> None:
+        await route.abort("connectionrefused")
+
+    await page.route("**/admin/stream/**", refuse)
+    await expect(state).to_have_text("Disconnected", timeout=8000)
+    await expect(pool).to_have_class(re.compile(r"(^|\s)stale(\s|$)"))
+    await expect(pool.locator(".live-age")).to_have_text(
+        re.compile(r"last updated \d+ s ago"), timeout=3000
+    )
+    await expect(dot).not_to_have_css("background-color", GREEN)
+    await expect(pool.locator(f"#backend-{name} .health-badge")).to_have_css("opacity", "0.55")
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+
+    await page.unroute("**/admin/stream/**", refuse)
+    await expect(state).to_have_text("Live", timeout=20_000)
+    await expect(pool).not_to_have_class(re.compile(r"(^|\s)stale(\s|$)"))
+    await expect(pool.locator(".live-age")).to_have_text("")
+    assert await page.evaluate("window.aronaOpens") >= 1
+    await expect(dot).to_have_css("background-color", GREEN)
+    assert not [e for e in errors if "Content Security Policy" in e], errors
+
+
+async def test_a_stream_that_goes_quiet_shows_disconnected(
+    site: Site, page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The connection stays open but nothing comes (a hung replica, a stalled proxy):
+    # past two heartbeats the page must say so, and recover once events flow again.
+    monkeypatch.setattr(stream, "HEARTBEAT_SECONDS", 0.5)
+    released = asyncio.Event()
+    original = BackendsFeed.on_tick
+
+    async def hung(self: BackendsFeed) -> list[tuple[str, str]]:
+        await released.wait()
+        return await original(self)
+
+    monkeypatch.setattr(BackendsFeed, "on_tick", hung)
+    await log_in_as_admin(page, site)
+    await page.goto(f"{site.url}/admin/backends")
+    pool = page.locator('[sse-connect="/admin/stream/backends"]')
+    state = pool.locator(".live-state")
+    await expect(state).to_have_text("Live")
+    await expect(state).to_have_text("Disconnected", timeout=8000)
+    await expect(pool).to_have_class(re.compile(r"(^|\s)stale(\s|$)"))
+    await expect(pool.locator(".live-dot")).not_to_have_css("background-color", GREEN)
+    released.set()
+    await expect(state).to_have_text("Live", timeout=20_000)
+    await expect(pool).not_to_have_class(re.compile(r"(^|\s)stale(\s|$)"))

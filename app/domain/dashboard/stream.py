@@ -11,9 +11,12 @@ carries. How a stream runs (``feed_events``):
   of every live part: after a drop, the reconnected page catches up on what it missed;
 - then fragments follow on bus events and on a timer (``Feed.tick_seconds``: vLLM load,
   latencies); a feed sends a fragment only when its HTML changed (``SentCache``);
-- a comment line (``: ping``) goes out after ``HEARTBEAT_SECONDS`` of silence, so
-  proxies and load balancers keep an idle stream open;
-- it ends by itself after ``MAX_SECONDS``; the browser reconnects ``RETRY_MS`` later,
+- a ``ping`` event goes out with the snapshot and then every ``HEARTBEAT_SECONDS``
+  (whatever else is sent), carrying that interval in milliseconds: proxies and load
+  balancers keep an idle stream open, and the page (``static/js/live.js``) knows the
+  stream is alive, and shows it disconnected when pings stop coming;
+- it ends by itself after ``MAX_SECONDS``; the page reconnects about a second later
+  (``live.js`` backs off further when that fails; ``RETRY_MS`` is for other clients),
   which checks the session again (a logged-out or demoted admin loses the stream) and
   bounds how long an open page can hold up a server's graceful shutdown (uvicorn
   waits for open responses unless ``timeout_graceful_shutdown`` is set);
@@ -45,7 +48,7 @@ HEARTBEAT_SECONDS = 15.0
 MAX_SECONDS = 60.0
 RETRY_MS = 2000
 QUEUE_SIZE = 256
-PING = b": ping\n\n"
+
 _EVENT_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,160}$")
 _END = object()
 
@@ -108,6 +111,11 @@ def encode(fragments: Iterable[Fragment]) -> bytes:
     return "".join(out).encode()
 
 
+def ping_frame(heartbeat: float) -> bytes:
+    """The heartbeat event: its data is the interval in milliseconds."""
+    return f"event: ping\ndata: {round(heartbeat * 1000)}\n\n".encode()
+
+
 def _offer(queue: asyncio.Queue[object], item: object) -> None:
     # Never block the pump: when the page falls behind, the oldest hint goes (events
     # are hints; the next tick renders from the current state anyway).
@@ -130,13 +138,16 @@ async def feed_events(
     bus: EventBus,
     feed: Feed,
     *,
-    heartbeat: float = HEARTBEAT_SECONDS,
+    heartbeat: float | None = None,
     max_seconds: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> AsyncGenerator[bytes, None]:
     """The SSE bytes of one client's stream (see the module docstring); it ends after
-    ``max_seconds`` (default ``MAX_SECONDS``, read when the stream starts)."""
+    ``max_seconds`` and pings every ``heartbeat`` (defaults ``MAX_SECONDS`` and
+    ``HEARTBEAT_SECONDS``, read when the stream starts)."""
     lifetime = MAX_SECONDS if max_seconds is None else max_seconds
+    every = HEARTBEAT_SECONDS if heartbeat is None else heartbeat
+    ping = ping_frame(every)
     queue: asyncio.Queue[object] = asyncio.Queue(QUEUE_SIZE)
     async with bus.subscribe(*feed.channels) as events:
         pump = asyncio.create_task(_pump(events, queue), name="dashboard-stream-pump")
@@ -146,14 +157,14 @@ async def feed_events(
             except Exception as exc:  # the browser reconnects and tries again
                 logger.warning("dashboard stream could not start", error=repr(exc))
                 return
-            yield f"retry: {RETRY_MS}\n\n".encode() + opening
-            started = last_sent = clock()
+            yield f"retry: {RETRY_MS}\n\n".encode() + opening + ping
+            started = last_ping = clock()
             next_tick = started + feed.tick_seconds
             while True:
                 now = clock()
                 if now - started >= lifetime:
                     return
-                deadline = min(next_tick, last_sent + heartbeat, started + lifetime)
+                deadline = min(next_tick, last_ping + every, started + lifetime)
                 try:
                     item = await asyncio.wait_for(queue.get(), max(0.0, deadline - now))
                 except TimeoutError:
@@ -166,10 +177,9 @@ async def feed_events(
                     next_tick = clock() + feed.tick_seconds
                 if fragments:
                     yield encode(fragments)
-                    last_sent = clock()
-                elif clock() - last_sent >= heartbeat:
-                    yield PING
-                    last_sent = clock()
+                if clock() - last_ping >= every:
+                    yield ping
+                    last_ping = clock()
         finally:
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
