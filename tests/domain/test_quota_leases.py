@@ -83,6 +83,24 @@ async def test_far_from_its_limits_a_caller_reserves_once_per_lease(
     assert counted["cost/month"] == 700  # totals count live holds: none is left
 
 
+async def test_calls_arriving_together_share_the_lease_being_reserved(
+    harness: Harness, limits: Limits
+) -> None:
+    """At concurrency the calls that arrive while a lease is being reserved wait for it
+    rather than each reserving one (a herd of leases would hold room for nothing)."""
+    project_id = limits.project(tokens_per_day=10**9)
+    gate, store = counting(harness, limits)
+    first = await reserve(gate, project_id, tokens=100)  # learns the room
+    assert first is not None
+    holds = await asyncio.gather(*(reserve(gate, project_id, tokens=100) for _ in range(64)))
+    assert store.reserves <= 1 + 64 // MAX_LEASE_CALLS + 1
+    await asyncio.gather(*(h.settle(tokens=1, cost_micros=0) for h in holds if h is not None))
+    await first.settle(tokens=1, cost_micros=0)
+    await settled_after_leases_close()
+    counted = await used(gate, limits, project_id)
+    assert (counted["requests/day"], counted["tokens/day"]) == (65, 65)
+
+
 async def test_near_a_limit_every_call_reserves_alone(harness: Harness, limits: Limits) -> None:
     calls_of_room = LEASE_SHARE * MIN_LEASE_CALLS - 1
     project_id = limits.project(tokens_per_day=calls_of_room * 100)

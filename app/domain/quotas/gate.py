@@ -261,23 +261,38 @@ class QuotaGate:
         leased = self.leases.take(plan, amounts)
         if leased is not None:
             return leased
+        for _ in range(_LEASE_WAITS):
+            waiting = self.leases.pending(plan)
+            if waiting is None:
+                break
+            await asyncio.wait((waiting,))  # not cancelled with this call
+            leased = self.leases.take(plan, amounts)
+            if leased is not None:
+                return leased
         calls = self.leases.calls_to_reserve(plan)
-        decision = await self._reserve(project_id, limits, plan, amounts, calls, now)
-        if decision is not None and not decision[1].allowed and calls > 1:
-            # No room for a lease: the call alone, as near a limit every call is.
-            self.leases.learn(plan, amounts, decision[1])
-            calls = 1
+        if calls > 1 and self.leases.pending(plan) is not None:
+            calls = 1  # another lease is on its way and this call waited enough
+        lease_wait = self.leases.begin(plan) if calls > 1 else None
+        try:
             decision = await self._reserve(project_id, limits, plan, amounts, calls, now)
-        if decision is None:
-            return None  # the store failed; fail-open admits the call uncounted
-        hold_id, answer = decision
-        if not answer.allowed:
-            raise self._refusal(project_id, plan, answer, now, amounts)
-        if self.alerts is not None:
-            self.alerts.observe(project_id, plan, [w.current for w in answer.windows], now)
-        self.leases.learn(plan, amounts, answer)
-        if calls > 1:
-            return self.leases.open(plan, hold_id, amounts, calls)
+            if decision is not None and not decision[1].allowed and calls > 1:
+                # No room for a lease: the call alone, as near a limit every call is.
+                self.leases.learn(plan, amounts, decision[1])
+                calls = 1
+                decision = await self._reserve(project_id, limits, plan, amounts, calls, now)
+            if decision is None:
+                return None  # the store failed; fail-open admits the call uncounted
+            hold_id, answer = decision
+            if not answer.allowed:
+                raise self._refusal(project_id, plan, answer, now, amounts)
+            if self.alerts is not None:
+                self.alerts.observe(project_id, plan, [w.current for w in answer.windows], now)
+            self.leases.learn(plan, amounts, answer)
+            if calls > 1:
+                return self.leases.open(plan, hold_id, amounts, calls)
+        finally:
+            if lease_wait is not None:
+                self.leases.end(plan, lease_wait)
         return Hold(
             self._store,
             hold_id,
@@ -418,6 +433,8 @@ class QuotaGate:
 
 
 _RANK: dict[Metric, int] = {"requests": 0, "tokens": 1, "cost": 2}
+_LEASE_WAITS = 4
+"""How many leases being reserved a call waits for before it reserves alone."""
 
 
 def _utc(epoch: float) -> datetime.datetime:

@@ -141,11 +141,12 @@ class LeasedHold:
 class Leases:
     """A gate's leases, by plan (see the module doc)."""
 
-    __slots__ = ("_batch", "_keeper", "_open", "_sizes")
+    __slots__ = ("_batch", "_keeper", "_open", "_pending", "_sizes")
 
     def __init__(self, batch: SettleBatch, keeper: HoldKeeper) -> None:
         self._batch = batch
         self._keeper = keeper
+        self._pending: dict[int, tuple[Plan, asyncio.Future[None]]] = {}
         # By the plan's id, with the plan itself to tell a reused id (the plan cache
         # hands one tuple per caller and minute).
         self._open: dict[int, Lease] = {}
@@ -157,6 +158,26 @@ class Leases:
         if lease is None or lease.windows is not plan or not lease.take(amounts):
             return None
         return LeasedHold(lease, amounts, self._batch)
+
+    def pending(self, plan: Plan) -> asyncio.Future[None] | None:
+        """Done when the lease being reserved for ``plan`` now is open (or was not
+        granted); None when none is being reserved."""
+        found = self._pending.get(id(plan))
+        return found[1] if found is not None and found[0] is plan else None
+
+    def begin(self, plan: Plan) -> asyncio.Future[None]:
+        """A lease of ``plan`` is being reserved: the plan's next calls wait for it
+        rather than each reserving a lease of their own (at concurrency, the calls
+        arriving while a lease is reserved would otherwise all do so)."""
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending[id(plan)] = (plan, waiting)
+        return waiting
+
+    def end(self, plan: Plan, waiting: asyncio.Future[None]) -> None:
+        if self._pending.get(id(plan), (None, None))[1] is waiting:
+            del self._pending[id(plan)]
+        if not waiting.done():
+            waiting.set_result(None)
 
     def calls_to_reserve(self, plan: Plan) -> int:
         """How many calls the next reservation of ``plan`` reserves room for: 1, or a
