@@ -14,5 +14,7 @@ from app.domain.service_provider import service_provider
 
 def quotas_dependencies() -> dict[str, Provide]:
     return {
-        "project_quotas_service": service_provider(ProjectQuotaService, changes="quota_sync"),
+        "project_quotas_service": service_provider(
+            ProjectQuotaService, changes="quota_sync", windows="quota_gate"
+        ),
     }

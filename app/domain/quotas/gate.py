@@ -54,7 +54,7 @@ import datetime
 import itertools
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -330,6 +330,35 @@ class QuotaGate:
             self._store_failed(project_id, limits, exc)
             return None
         return hold_id, answer
+
+    async def seed(
+        self,
+        project_id: UUID,
+        limits: QuotaLimits,
+        windows: frozenset[tuple[Metric, WindowName]],
+        used: Mapping[tuple[Metric, WindowName], int],
+    ) -> None:
+        """Raise each of the project's ``windows`` (just started being counted) to at
+        least what ``used`` says its bucket already used (``app.domain.quotas.seeding``);
+        never raises: an unreachable store leaves them counting from now."""
+        now = self._clock()
+        buckets = Buckets.at(now)
+        plan = request_windows(project_id, limits, buckets) + plan_usage_windows(
+            project_id, limits, buckets
+        )
+        for window in plan:
+            pair = (window.metric, window.name)
+            wanted = used.get(pair, 0)
+            if pair not in windows or wanted <= 0:
+                continue
+            try:
+                current = (await self._store.window_total(window.key)).total
+                if wanted > current:
+                    await self._store.incr(window.key, wanted - current, ttl=window.ttl(now))
+            except Exception as exc:
+                self.store_failures += 1
+                self._warn("could not seed a quota window from usage", project_id, exc)
+                return
 
     async def drain(self) -> None:
         """Send the settles queued now and wait for them; extend no hold any more

@@ -3,19 +3,53 @@ project in ``project_quotas``; no row means no limit)."""
 
 from __future__ import annotations
 
-from typing import Any
+import datetime
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
 from uuid import UUID
 
 from advanced_alchemy.exceptions import IntegrityError
 from advanced_alchemy.repository import SQLAlchemyAsyncRepository
 from advanced_alchemy.service import SQLAlchemyAsyncRepositoryService
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.exc import IntegrityError as SQLAlchemyIntegrityError
 
-from app.db.models import ProjectQuota
+from app.db.models import ProjectQuota, UsageRecord
 from app.domain.projects.services import PROJECT_NOT_FOUND
+from app.domain.quotas.errors import Metric, WindowName
 from app.domain.quotas.fields import LimitErrors, LimitProblem, QuotaValues, above_ceilings
+from app.domain.quotas.limits import QuotaLimits
+from app.domain.quotas.seeding import ADMISSION_REFUSALS, Counted, newly_counted
+from app.domain.quotas.windows import bucket_starts
 from app.lib.errors import NotFoundError
 from app.lib.replicated_cache import UNPUBLISHED, Changes
+
+
+class WindowSeeder(Protocol):
+    """The gate's side of seeding (``QuotaGate.seed``)."""
+
+    async def seed(
+        self,
+        project_id: UUID,
+        limits: QuotaLimits,
+        windows: Counted,
+        used: Mapping[tuple[Metric, WindowName], int],
+    ) -> None: ...
+
+
+class _NoSeeding:
+    async def seed(
+        self,
+        project_id: UUID,
+        limits: QuotaLimits,
+        windows: Counted,
+        used: Mapping[tuple[Metric, WindowName], int],
+    ) -> None:
+        return None
+
+
+Usage = dict[tuple[Metric, WindowName], int]
 
 
 class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
@@ -25,6 +59,9 @@ class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
     repository_type = Repo
     changes: Changes = UNPUBLISHED
     """``QuotaSync`` (set by the request's provider): told after every write."""
+    windows: WindowSeeder = _NoSeeding()
+    """The quota gate (set by the request's provider): seeds the windows a write
+    starts counting (``app.domain.quotas.seeding``)."""
 
     async def of_project(self, project_id: UUID) -> ProjectQuota | None:
         return await self.get_one_or_none(ProjectQuota.project_id == project_id)
@@ -54,9 +91,50 @@ class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
         return await self._upsert(project_id, limits.columns(owner=True))
 
     async def _upsert(self, project_id: UUID, values: dict[str, Any]) -> ProjectQuota:
+        before = QuotaLimits.of(await self.of_project(project_id))
         row = await self._write(project_id, values)
+        after = QuotaLimits.of(row)
+        starting = newly_counted(before, after)
+        if starting:
+            used = await self.used_since(project_id, bucket_starts(time.time()))
+            await self.windows.seed(project_id, after, starting, used)
         await self.changes.changed(project_id)
         return row
+
+    async def used_since(
+        self, project_id: UUID, starts: Mapping[WindowName, datetime.datetime]
+    ) -> Usage:
+        """What the project's usage records hold for each bucket since its start:
+        calls admitted into its quota (not custom LLM or override-key calls, not
+        calls refused at admission), their tokens and their cost in micro-units."""
+        admitted = or_(
+            UsageRecord.error_code.is_(None), UsageRecord.error_code.not_in(ADMISSION_REFUSALS)
+        )
+        columns = []
+        for start in starts.values():
+            inside = UsageRecord.created_at >= start
+            columns += [
+                func.coalesce(func.sum(case((inside, 1), else_=0)), 0),
+                func.coalesce(func.sum(case((inside, UsageRecord.total_tokens), else_=0)), 0),
+                func.coalesce(
+                    func.sum(case((inside, func.coalesce(UsageRecord.cost_micros, 0)), else_=0)),
+                    0,
+                ),
+            ]
+        statement = select(*columns).where(
+            UsageRecord.project_id == project_id,
+            UsageRecord.is_custom.is_(False),
+            UsageRecord.is_override_key.is_(False),
+            admitted,
+            UsageRecord.created_at >= min(starts.values()),
+        )
+        row = (await self.repository.session.execute(statement)).one()
+        used: Usage = {}
+        for i, name in enumerate(starts):
+            used[("requests", name)] = int(row[3 * i])
+            used[("tokens", name)] = int(row[3 * i + 1])
+            used[("cost", name)] = int(row[3 * i + 2])
+        return used
 
     async def _write(self, project_id: UUID, values: dict[str, Any]) -> ProjectQuota:
         session = self.repository.session

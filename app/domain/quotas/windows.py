@@ -138,6 +138,16 @@ def _utc(epoch: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC)
 
 
+def bucket_starts(now: float) -> dict[WindowName, datetime.datetime]:
+    """When the minute, day and month buckets of ``now`` began (UTC)."""
+    day = _utc(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    return {
+        "minute": _utc(math.floor(now / 60) * 60.0),
+        "day": day,
+        "month": day.replace(day=1),
+    }
+
+
 def project_base(project_id: UUID) -> str:
     return f"quota:{{{project_id}}}"
 
