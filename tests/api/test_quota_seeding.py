@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
+from litestar import Litestar
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -76,66 +79,65 @@ def settings(pg_settings: Settings) -> Settings:
     return with_settings(pg_settings, admin_token=ADMIN_TOKEN)
 
 
-async def _project(client: httpx.AsyncClient) -> tuple[str, dict[str, str]]:
-    _, owner = await new_user(client, "owner")  # type: ignore[arg-type]
-    project = await new_project(client, owner)  # type: ignore[arg-type]
-    return project["id"], owner
+@dataclass
+class Traffic:
+    """A live app whose project already has ``_traffic`` in its usage records."""
+
+    app: Litestar
+    client: httpx.AsyncClient
+    project_id: str
+    owner: dict[str, str]
 
 
-async def test_a_limit_set_after_traffic_counts_the_buckets_use(
-    settings: Settings, make_app: AppFactory
-) -> None:
+@pytest.fixture
+async def traffic(settings: Settings, make_app: AppFactory) -> AsyncIterator[Traffic]:
     app = make_app(settings)
     async with live_server(app) as url, httpx.AsyncClient(base_url=url) as client:
-        project_id, owner = await _project(client)
-        await _add_usage(settings, _traffic(project_id))
-        await admin_put(client, project_id, perDay=10)
-        usage = (await get_quota(client, project_id, owner))["usage"]
-        assert usage["day"]["used"] == 8  # 7 answered + 1 failed upstream
-        yesterday_in_month = (NOW - datetime.timedelta(days=1)).month == NOW.month
-        assert usage["month"]["used"] == 8 + (1 if yesterday_in_month else 0)
-        # Token and spend windows start with their own limits, not before.
-        assert usage["tokens"]["day"]["used"] is None
-        # And the limit holds: two more calls fit the day's 10, the third does not.
-        gate: QuotaGate = app.state.resources.quota_gate
-        results = [await _refused(gate, UUID(project_id)) for _ in range(3)]
-        assert results == [False, False, True]
+        _, owner = await new_user(client, "owner")  # type: ignore[arg-type]
+        project = await new_project(client, owner)  # type: ignore[arg-type]
+        await _add_usage(settings, _traffic(project["id"]))
+        yield Traffic(app, client, project["id"], owner)
 
 
-async def test_token_and_spend_windows_are_seeded_when_their_limits_come(
-    settings: Settings, make_app: AppFactory
-) -> None:
-    app = make_app(settings)
-    async with live_server(app) as url, httpx.AsyncClient(base_url=url) as client:
-        project_id, owner = await _project(client)
-        await _add_usage(settings, _traffic(project_id))
-        await admin_put(client, project_id, perDay=1_000)
-        await admin_put(client, project_id, perDay=1_000, tokensPerDay=10_000, budgetPerDay="5")
-        usage = (await get_quota(client, project_id, owner))["usage"]
-        assert usage["day"]["used"] == 8  # counted since the first limit: not seeded twice
-        assert usage["tokens"]["day"]["used"] == 700
-        assert usage["spend"]["day"]["used"] == "0.014"
+async def test_a_limit_set_after_traffic_counts_the_buckets_use(traffic: Traffic) -> None:
+    client, project_id, owner = traffic.client, traffic.project_id, traffic.owner
+    await admin_put(client, project_id, perDay=10)
+    usage = (await get_quota(client, project_id, owner))["usage"]
+    assert usage["day"]["used"] == 8  # 7 answered + 1 failed upstream
+    yesterday_in_month = (NOW - datetime.timedelta(days=1)).month == NOW.month
+    assert usage["month"]["used"] == 8 + (1 if yesterday_in_month else 0)
+    # Token and spend windows start with their own limits, not before.
+    assert usage["tokens"]["day"]["used"] is None
+    # And the limit holds: two more calls fit the day's 10, the third does not.
+    gate: QuotaGate = traffic.app.state.resources.quota_gate
+    results = [await _refused(gate, UUID(project_id)) for _ in range(3)]
+    assert results == [False, False, True]
 
 
-async def test_a_window_already_counted_is_not_seeded_again(
-    settings: Settings, make_app: AppFactory
-) -> None:
-    app = make_app(settings)
-    async with live_server(app) as url, httpx.AsyncClient(base_url=url) as client:
-        project_id, owner = await _project(client)
-        await _add_usage(settings, _traffic(project_id))
-        await admin_put(client, project_id, perDay=50)
-        await admin_put(client, project_id, perDay=60)
-        # The owner lowering it, too, changes no window's count.
-        response = await client.put(
-            f"/api/projects/{project_id}/quota", json={"perDay": 40}, headers=owner
-        )
-        assert response.status_code == 200, response.text
-        usage = (await get_quota(client, project_id, owner))["usage"]
-        assert usage["day"]["used"] == 8
-        # Limits removed and set again within the bucket: the window keeps its count
-        # and is raised only to what the records say, never added to.
-        await admin_put(client, project_id, perDay=None)
-        await client.put(f"/api/projects/{project_id}/quota", json={"perDay": None}, headers=owner)
-        await admin_put(client, project_id, perDay=70)
-        assert (await get_quota(client, project_id, owner))["usage"]["day"]["used"] == 8
+async def test_token_and_spend_windows_are_seeded_when_their_limits_come(traffic: Traffic) -> None:
+    client, project_id, owner = traffic.client, traffic.project_id, traffic.owner
+    await admin_put(client, project_id, perDay=1_000)
+    await admin_put(client, project_id, perDay=1_000, tokensPerDay=10_000, budgetPerDay="5")
+    usage = (await get_quota(client, project_id, owner))["usage"]
+    assert usage["day"]["used"] == 8  # counted since the first limit: not seeded twice
+    assert usage["tokens"]["day"]["used"] == 700
+    assert usage["spend"]["day"]["used"] == "0.014"
+
+
+async def test_a_window_already_counted_is_not_seeded_again(traffic: Traffic) -> None:
+    client, project_id, owner = traffic.client, traffic.project_id, traffic.owner
+    await admin_put(client, project_id, perDay=50)
+    await admin_put(client, project_id, perDay=60)
+    # The owner lowering it, too, changes no window's count.
+    response = await client.put(
+        f"/api/projects/{project_id}/quota", json={"perDay": 40}, headers=owner
+    )
+    assert response.status_code == 200, response.text
+    usage = (await get_quota(client, project_id, owner))["usage"]
+    assert usage["day"]["used"] == 8
+    # Limits removed and set again within the bucket: the window keeps its count
+    # and is raised only to what the records say, never added to.
+    await admin_put(client, project_id, perDay=None)
+    await client.put(f"/api/projects/{project_id}/quota", json={"perDay": None}, headers=owner)
+    await admin_put(client, project_id, perDay=70)
+    assert (await get_quota(client, project_id, owner))["usage"]["day"]["used"] == 8

@@ -5,7 +5,7 @@ ends; near a limit every call reserves alone. On memory and Redis."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import pytest
@@ -14,21 +14,14 @@ from app.domain.quotas.errors import QuotaExceededError
 from app.domain.quotas.gate import QuotaGate
 from app.domain.quotas.leases import LEASE_SECONDS, LEASE_SHARE, MAX_LEASE_CALLS, MIN_LEASE_CALLS
 from app.lib.state.base import MultiWindowDecision, ReserveWindow, StateStore
+from tests.domain import test_quota_reservations as reservations
 from tests.domain.test_quota_gate import Limits
 from tests.domain.test_quota_reservations import gate_on, reserve, used
 from tests.support.state_harness import Harness
 
-
-@pytest.fixture(params=["memory", "redis"])
-async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    h = Harness(request.param)
-    yield h
-    await h.cleanup()
-
-
-@pytest.fixture
-def limits() -> Limits:
-    return Limits()
+# The memory-and-Redis store harness and the limits table of the reservation tests.
+harness = reservations.harness
+limits = reservations.limits
 
 
 class CountingStore:

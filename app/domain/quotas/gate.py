@@ -72,23 +72,21 @@ from app.domain.quotas.errors import (
 from app.domain.quotas.holds import CallHold, Hold, HoldFailures, HoldKeeper, SettleBatch
 from app.domain.quotas.leases import Leases
 from app.domain.quotas.limits import QuotaLimits, QuotaLimitsCache
-from app.domain.quotas.refusals import refusal_message
+from app.domain.quotas.refusals import quota_exceeded, refusing_window
+from app.domain.quotas.seeding import Counted, raise_to_used
 from app.domain.quotas.windows import (
-    KEY_GRACE_SECONDS,
-    WINDOWS,
     Buckets,
     KeyLimits,
     PlanCache,
     PlannedWindow,
     plan_call,
     plan_requests,
-    plan_usage_windows,
     plan_windows,
     project_base,
-    request_windows,
+    project_windows,
 )
 from app.lib.log_budget import RepeatBudget
-from app.lib.state.base import MultiWindowDecision, ReserveWindow, StateStore
+from app.lib.state.base import MultiWindowDecision, StateStore
 
 __all__ = [
     "CallEstimate",
@@ -319,10 +317,7 @@ class QuotaGate:
         hold_id = f"{project_base(project_id)}:h:{self._hold_prefix}{next(self._hold_serial):x}"
         try:
             answer = await self._store.reserve(
-                [
-                    ReserveWindow(w.key, w.limit, w.resets_at - now + KEY_GRACE_SECONDS, a * calls)
-                    for w, a in zip(plan, amounts, strict=True)
-                ],
+                [w.reserve(now, a * calls) for w, a in zip(plan, amounts, strict=True)],
                 hold_id,
                 self.hold_ttl,
             )
@@ -335,30 +330,19 @@ class QuotaGate:
         self,
         project_id: UUID,
         limits: QuotaLimits,
-        windows: frozenset[tuple[Metric, WindowName]],
+        windows: Counted,
         used: Mapping[tuple[Metric, WindowName], int],
     ) -> None:
         """Raise each of the project's ``windows`` (just started being counted) to at
         least what ``used`` says its bucket already used (``app.domain.quotas.seeding``);
         never raises: an unreachable store leaves them counting from now."""
         now = self._clock()
-        buckets = Buckets.at(now)
-        plan = request_windows(project_id, limits, buckets) + plan_usage_windows(
-            project_id, limits, buckets
-        )
-        for window in plan:
-            pair = (window.metric, window.name)
-            wanted = used.get(pair, 0)
-            if pair not in windows or wanted <= 0:
-                continue
-            try:
-                current = (await self._store.window_total(window.key)).total
-                if wanted > current:
-                    await self._store.incr(window.key, wanted - current, ttl=window.ttl(now))
-            except Exception as exc:
-                self.store_failures += 1
-                self._warn("could not seed a quota window from usage", project_id, exc)
-                return
+        plan = project_windows(project_id, limits, Buckets.at(now))
+        try:
+            await raise_to_used(self._store, plan, windows, used, now)
+        except Exception as exc:
+            self.store_failures += 1
+            self._warn("could not seed a quota window from usage", project_id, exc)
 
     async def drain(self) -> None:
         """Send the settles queued now and wait for them; extend no hold any more
@@ -378,10 +362,7 @@ class QuotaGate:
         """What ``GET /quota`` shows: the current buckets' counts, in-flight
         reservations included; read only. Requests always; tokens and spend for the
         windows the project's limits make it count (the others are absent)."""
-        buckets = Buckets.at(self._clock())
-        plan = request_windows(project_id, limits, buckets) + plan_usage_windows(
-            project_id, limits, buckets
-        )
+        plan = project_windows(project_id, limits, Buckets.at(self._clock()))
         used: list[int | None]
         try:
             totals = await asyncio.gather(*(self._store.window_total(w.key) for w in plan))
@@ -416,25 +397,12 @@ class QuotaGate:
                 [max(used, w.limit or 0) for w, used, _ in full],
                 now,
             )
-        # The latest reset (when a retry can succeed); on a tie the longer window,
-        # then money before tokens before requests.
-        window, _, amount = max(
-            full,
-            key=lambda f: (f[0].resets_at, WINDOWS.index(f[0].name), _RANK[f[0].metric]),
-        )
-        assert window.limit is not None  # only limited windows can be full
+        window, amount = refusing_window(full)
         self.refusals += 1
         if self._refusal_metric is not None:
             scope = "project" if window.credential_id is None else "key"
             self._refusal_metric.labels(window.name, window.metric, scope).inc()
-        retry_after = window.resets_at - now
-        return QuotaExceededError(
-            refusal_message(window, amount, retry_after),
-            window=window.name,
-            limit=window.limit,
-            retry_after=retry_after,
-            metric=window.metric,
-        )
+        return quota_exceeded(window, amount, now)
 
     def _store_failed(self, project_id: UUID, limits: QuotaLimits, exc: Exception) -> None:
         self.store_failures += 1
@@ -461,7 +429,6 @@ class QuotaGate:
             )
 
 
-_RANK: dict[Metric, int] = {"requests": 0, "tokens": 1, "cost": 2}
 _LEASE_WAITS = 4
 """How many leases being reserved a call waits for before it reserves alone."""
 

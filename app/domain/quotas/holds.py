@@ -347,10 +347,6 @@ class Hold:
         self.settled = False
         keeper.keep(self)
 
-    @property
-    def hold_ttl(self) -> float:
-        return self._keeper.hold_ttl
-
     def actuals(self, tokens: int, cost_micros: int) -> dict[str, int]:
         """The settle's actual amounts: tokens and cost; requests keep their 1."""
         values = {"tokens": tokens, "cost": cost_micros}

@@ -112,10 +112,6 @@ class LeasedHold:
     def hold_id(self) -> str:
         return self._lease.hold_id
 
-    @property
-    def windows(self) -> Plan:
-        return self._lease.windows
-
     def settle(self, tokens: int, cost_micros: int) -> Awaitable[None]:
         """As ``Hold.settle``: the request stays counted, tokens and cost become the
         actual ones; never raises."""

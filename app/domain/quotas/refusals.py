@@ -4,8 +4,35 @@ from __future__ import annotations
 
 import datetime
 import math
+from collections.abc import Sequence
 
-from app.domain.quotas.windows import PlannedWindow
+from app.domain.quotas.errors import Metric, QuotaExceededError
+from app.domain.quotas.windows import WINDOWS, PlannedWindow
+
+_RANK: dict[Metric, int] = {"requests": 0, "tokens": 1, "cost": 2}
+
+
+def refusing_window(full: Sequence[tuple[PlannedWindow, int, int]]) -> tuple[PlannedWindow, int]:
+    """Of the full windows (window, its count, the call's amount in it), the one a
+    refusal names, with the call's amount: the latest reset (when a retry can
+    succeed); on a tie the longer window, then money before tokens before requests."""
+    window, _, amount = max(
+        full, key=lambda f: (f[0].resets_at, WINDOWS.index(f[0].name), _RANK[f[0].metric])
+    )
+    return window, amount
+
+
+def quota_exceeded(window: PlannedWindow, amount: int, now: float) -> QuotaExceededError:
+    """The 429 of a call ``window`` has no room for, ``Retry-After`` to its end."""
+    assert window.limit is not None  # only limited windows can be full
+    retry_after = window.resets_at - now
+    return QuotaExceededError(
+        refusal_message(window, amount, retry_after),
+        window=window.name,
+        limit=window.limit,
+        retry_after=retry_after,
+        metric=window.metric,
+    )
 
 
 def refusal_message(window: PlannedWindow, amount: int, retry_after: float) -> str:

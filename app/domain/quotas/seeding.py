@@ -17,9 +17,12 @@ the moment every replica applies it, can be missing from the seed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from app.domain.quotas.errors import Metric, WindowName
 from app.domain.quotas.limits import QuotaLimits
-from app.domain.quotas.windows import WINDOWS
+from app.domain.quotas.windows import WINDOWS, PlannedWindow
+from app.lib.state.base import StateStore
 
 ADMISSION_REFUSALS = (
     "rate_limit_exceeded",
@@ -48,3 +51,22 @@ def counted_windows(limits: QuotaLimits) -> Counted:
 
 def newly_counted(before: QuotaLimits, after: QuotaLimits) -> Counted:
     return counted_windows(after) - counted_windows(before)
+
+
+async def raise_to_used(
+    store: StateStore,
+    plan: Sequence[PlannedWindow],
+    windows: Counted,
+    used: Mapping[tuple[Metric, WindowName], int],
+    now: float,
+) -> None:
+    """Raise each window of ``plan`` named in ``windows`` to at least what ``used``
+    says its bucket used (a window already past it is left alone: never added to)."""
+    for window in plan:
+        pair = (window.metric, window.name)
+        wanted = used.get(pair, 0)
+        if pair not in windows or wanted <= 0:
+            continue
+        current = (await store.window_total(window.key)).total
+        if wanted > current:
+            await store.incr(window.key, wanted - current, ttl=window.ttl(now))

@@ -38,17 +38,6 @@ class WindowSeeder(Protocol):
     ) -> None: ...
 
 
-class _NoSeeding:
-    async def seed(
-        self,
-        project_id: UUID,
-        limits: QuotaLimits,
-        windows: Counted,
-        used: Mapping[tuple[Metric, WindowName], int],
-    ) -> None:
-        return None
-
-
 Usage = dict[tuple[Metric, WindowName], int]
 
 
@@ -59,9 +48,9 @@ class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
     repository_type = Repo
     changes: Changes = UNPUBLISHED
     """``QuotaSync`` (set by the request's provider): told after every write."""
-    windows: WindowSeeder = _NoSeeding()
+    windows: WindowSeeder | None = None
     """The quota gate (set by the request's provider): seeds the windows a write
-    starts counting (``app.domain.quotas.seeding``)."""
+    starts counting (``app.domain.quotas.seeding``); ``None`` outside a request."""
 
     async def of_project(self, project_id: UUID) -> ProjectQuota | None:
         return await self.get_one_or_none(ProjectQuota.project_id == project_id)
@@ -91,11 +80,12 @@ class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
         return await self._upsert(project_id, limits.columns(owner=True))
 
     async def _upsert(self, project_id: UUID, values: dict[str, Any]) -> ProjectQuota:
-        before = QuotaLimits.of(await self.of_project(project_id))
-        row = await self._write(project_id, values)
+        existing = await self.of_project(project_id)
+        before = QuotaLimits.of(existing)
+        row = await self._write(project_id, values, existing)
         after = QuotaLimits.of(row)
         starting = newly_counted(before, after)
-        if starting:
+        if starting and self.windows is not None:
             used = await self.used_since(project_id, bucket_starts(time.time()))
             await self.windows.seed(project_id, after, starting, used)
         await self.changes.changed(project_id)
@@ -136,9 +126,10 @@ class ProjectQuotaService(SQLAlchemyAsyncRepositoryService[ProjectQuota]):
             used[("cost", name)] = int(row[3 * i + 2])
         return used
 
-    async def _write(self, project_id: UUID, values: dict[str, Any]) -> ProjectQuota:
+    async def _write(
+        self, project_id: UUID, values: dict[str, Any], row: ProjectQuota | None
+    ) -> ProjectQuota:
         session = self.repository.session
-        row = await self.of_project(project_id)
         if row is None:
             row = ProjectQuota(project_id=project_id, **{"fail_closed": False, **values})
             try:

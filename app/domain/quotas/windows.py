@@ -168,6 +168,16 @@ def request_windows(
     )
 
 
+def project_windows(
+    project_id: UUID, limits: QuotaLimits, buckets: Buckets
+) -> tuple[PlannedWindow, ...]:
+    """Every window of the project's own that ``GET /quota`` shows: its request
+    windows, then the token and spend windows its limits count."""
+    return request_windows(project_id, limits, buckets) + plan_usage_windows(
+        project_id, limits, buckets
+    )
+
+
 def plan_usage_windows(
     project_id: UUID, limits: QuotaLimits, buckets: Buckets
 ) -> tuple[PlannedWindow, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.lib.state.base import (
@@ -248,12 +248,9 @@ class MemoryStateStore:
         check_hold_id(hold_id)
         check_parts(parts)
         now = self._write_clock()
-        hold = self._live_hold(hold_id, now)
+        hold = self._hold_naming(hold_id, parts, now)
         if hold is None:
             return False
-        unknown = [key for key in parts if key not in hold.amounts]
-        if unknown:
-            raise UnknownHoldWindowError(f"hold {hold_id!r} has no window {unknown[0]!r}")
         counted = False
         for key, (held, actual) in parts.items():
             entry = self._live(key, now)
@@ -263,9 +260,7 @@ class MemoryStateStore:
                 continue  # the window ended: its successor never held this hold
             counted = True
             hold.amounts[key] -= taken
-            delta = actual - taken
-            if delta:
-                entry.value = b"%d" % (int(self._bytes(key, entry) or b"0") + delta)
+            self._add(key, entry, actual - taken)
         return counted
 
     async def release(self, hold_id: str) -> bool:
@@ -275,12 +270,9 @@ class MemoryStateStore:
 
     def _finish(self, hold_id: str, actuals: Mapping[str, int]) -> bool:
         now = self._write_clock()
-        hold = self._live_hold(hold_id, now)
+        hold = self._hold_naming(hold_id, actuals, now)
         if hold is None:
             return False
-        unknown = [key for key in actuals if key not in hold.amounts]
-        if unknown:
-            raise UnknownHoldWindowError(f"hold {hold_id!r} has no window {unknown[0]!r}")
         del self._holds[hold_id]
         settled = False
         for key in hold.amounts:
@@ -291,11 +283,24 @@ class MemoryStateStore:
             if entry is None or reserved is None:
                 continue
             settled = True
-            delta = actuals.get(key, reserved) - reserved
-            if delta:
-                entry.value = b"%d" % (int(self._bytes(key, entry) or b"0") + delta)
+            self._add(key, entry, actuals.get(key, reserved) - reserved)
         # As on Redis: a hold all of whose windows ended had nothing left to settle.
         return settled
+
+    def _hold_naming(self, hold_id: str, keys: Iterable[str], now: float) -> Hold | None:
+        """The live hold, None when there is none; ``UnknownHoldWindowError`` when
+        ``keys`` names a window it does not hold in."""
+        hold = self._live_hold(hold_id, now)
+        if hold is None:
+            return None
+        unknown = [key for key in keys if key not in hold.amounts]
+        if unknown:
+            raise UnknownHoldWindowError(f"hold {hold_id!r} has no window {unknown[0]!r}")
+        return hold
+
+    def _add(self, key: str, entry: _Entry, delta: int) -> None:
+        if delta:
+            entry.value = b"%d" % (int(self._bytes(key, entry) or b"0") + delta)
 
     async def extend(self, hold_id: str, hold_ttl: float) -> bool:
         check_hold_id(hold_id)

@@ -40,6 +40,7 @@ from typing import cast
 from redis.asyncio import Redis
 
 from app.lib.state import redis_hold_scripts as scripts
+from app.lib.state import redis_hold_settles as settles
 from app.lib.state.base import (
     HoldInUseError,
     MultiWindowDecision,
@@ -90,10 +91,10 @@ class RedisHolds:
         self._clock = clock
         self._known: dict[str, tuple[float, tuple[str, ...]]] = {}
         self._reserve = registry.register(scripts.RESERVE)
-        self._settle = registry.register(scripts.SETTLE)
-        self._settle_many = registry.register(scripts.SETTLE_MANY)
-        self._settle_part = registry.register(scripts.SETTLE_PART)
-        self._extend = registry.register(scripts.EXTEND)
+        self._settle = registry.register(settles.SETTLE)
+        self._settle_many = registry.register(settles.SETTLE_MANY)
+        self._settle_part = registry.register(settles.SETTLE_PART)
+        self._extend = registry.register(settles.EXTEND)
         self._total = registry.register(scripts.TOTAL)
 
     def _hold_key(self, hold_id: str) -> str:
